@@ -1,0 +1,47 @@
+//! Everything a tool call may use, shared by every session of this server.
+
+use std::path::PathBuf;
+
+use tokio::sync::Semaphore;
+
+use crate::admission::GlobalCap;
+use crate::marsh::MarshDriver;
+use crate::operations::OperationTable;
+use crate::scope::Scope;
+
+/// Concurrent read queries (status, results) that may hold a marsh child; reads are
+/// not operations, so they get their own small bound instead of the global cap.
+pub const READ_QUERY_CAP: usize = 8;
+
+#[derive(Debug)]
+pub struct ServerContext {
+    pub workspace: PathBuf,
+    /// Lowercase hex sha256 of the canonical workspace path bytes.
+    pub workspace_hash: String,
+    pub driver: MarshDriver,
+    pub scope: Scope,
+    pub ops: OperationTable,
+    pub cap: GlobalCap,
+    pub reads: Semaphore,
+    pub allow_full_sbx_control: bool,
+}
+
+impl ServerContext {
+    pub fn new(workspace: PathBuf, workspace_hash: String, driver: MarshDriver, scope: Scope, allow_full_sbx_control: bool) -> Self {
+        Self {
+            workspace,
+            workspace_hash,
+            driver,
+            scope,
+            ops: OperationTable::default(),
+            cap: GlobalCap::default(),
+            reads: Semaphore::new(READ_QUERY_CAP),
+            allow_full_sbx_control,
+        }
+    }
+
+    /// `marsh-dev-` + the first 12 hex of the workspace hash.
+    pub fn server_name(&self) -> String {
+        format!("marsh-dev-{}", &self.workspace_hash[..12.min(self.workspace_hash.len())])
+    }
+}

@@ -1,0 +1,63 @@
+//! `marsh-mcp`: parse, validate, dispatch. Stdout carries only MCP; logs go to stderr.
+#![deny(clippy::print_stdout)]
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use marsh_broker::{prepare, serve_session, Cli, CliCommand};
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MARSH_MCP_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+}
+
+fn fail(reason: impl std::fmt::Display) -> ExitCode {
+    eprintln!("marsh-mcp: {reason}");
+    ExitCode::from(1)
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) if !err.use_stderr() => {
+            // --help / --version: clap prints to stdout itself; no MCP session exists.
+            let _ = err.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(err) => return fail(err.render().to_string().trim_start_matches("error: ").trim_end()),
+    };
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(format!("cannot start the async runtime: {e}")),
+    };
+    match cli.command {
+        CliCommand::Serve(args) => {
+            let env: Vec<_> = std::env::vars_os().collect();
+            let ctx = match prepare(&args, &env) {
+                Ok(ctx) => Arc::new(ctx),
+                Err(e) => return fail(e),
+            };
+            let outcome = runtime.block_on(async move {
+                let stdin = tokio::io::BufReader::with_capacity(64 * 1024, tokio::io::stdin());
+                serve_session(ctx, stdin, tokio::io::stdout()).await
+            });
+            // Background readers of stdin may still be parked; do not wait for them.
+            runtime.shutdown_background();
+            match outcome {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(e),
+            }
+        }
+    }
+}

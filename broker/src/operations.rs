@@ -1,0 +1,334 @@
+//! Operations: opaque ids, ownership, lifecycle state and captured output.
+//!
+//! An operation is created for every call that starts a child (shell runs, prewarm,
+//! worker resets, qualification). Its record is owned by the session that created it
+//! and retained, bounded, after it ends so results stay readable.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::output::{OutputLog, Stream};
+use crate::tools::envelope::{ErrorKind, ToolError};
+
+/// Operation records kept per server, running and finished together.
+pub const RETAINED_OPERATIONS: usize = 128;
+/// Captured output retained across all finished operations; past it, the oldest
+/// finished operations lose their output (reported as evicted).
+pub const GLOBAL_RETAINED_BYTES: usize = 32 * 1024 * 1024;
+
+/// Identifies one MCP session inside this process.
+pub type SessionId = u64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpKind {
+    ShellRun,
+    Prewarm,
+    WorkersReset,
+    Qualify,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpState {
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    TimedOut,
+    /// A cancel was requested. Signal delivery does not prove the sandbox work
+    /// stopped, so this is where every cancelled operation ends.
+    CancellationUncertain,
+}
+
+impl OpState {
+    pub fn is_terminal(self) -> bool {
+        match self {
+            Self::Queued | Self::Running => false,
+            Self::Succeeded | Self::Failed | Self::TimedOut | Self::CancellationUncertain => true,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct OpStatus {
+    pub state: OpState,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub error: Option<ToolError>,
+    pub started_ms: Option<u64>,
+    pub finished_ms: Option<u64>,
+    pub cancel_requested: bool,
+    /// Both output pipes reached end of file before the operation ended.
+    pub output_drained: bool,
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[derive(Debug)]
+pub struct Operation {
+    pub id: Uuid,
+    pub owner: SessionId,
+    pub kind: OpKind,
+    pub scope: &'static str,
+    pub created_ms: u64,
+    pub timeout: Duration,
+    status: watch::Sender<OpStatus>,
+    output: Mutex<OutputLog>,
+    cancel: CancellationToken,
+}
+
+impl Operation {
+    pub fn new(owner: SessionId, kind: OpKind, scope: &'static str, timeout: Duration) -> Arc<Self> {
+        let (status, _) = watch::channel(OpStatus {
+            state: OpState::Queued,
+            exit_code: None,
+            signal: None,
+            error: None,
+            started_ms: None,
+            finished_ms: None,
+            cancel_requested: false,
+            output_drained: false,
+        });
+        Arc::new(Self {
+            id: Uuid::new_v4(),
+            owner,
+            kind,
+            scope,
+            created_ms: now_ms(),
+            timeout,
+            status,
+            output: Mutex::new(OutputLog::default()),
+            cancel: CancellationToken::new(),
+        })
+    }
+
+    pub fn status(&self) -> OpStatus {
+        self.status.borrow().clone()
+    }
+
+    pub fn output(&self) -> MutexGuard<'_, OutputLog> {
+        // Appends and reads are plain memory copies; a poisoned lock still guards a
+        // consistent log, so it is used as is.
+        self.output.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn append(&self, stream: Stream, data: &[u8]) {
+        self.output().append(stream, data);
+    }
+
+    pub fn cancel_token(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Requests cancellation. Returns false when the operation had already ended.
+    pub fn request_cancel(&self) -> bool {
+        let mut requested = false;
+        self.status.send_if_modified(|s| {
+            if s.state.is_terminal() || s.cancel_requested {
+                return false;
+            }
+            s.cancel_requested = true;
+            requested = true;
+            true
+        });
+        self.cancel.cancel();
+        requested
+    }
+
+    pub fn mark_running(&self) {
+        self.status.send_modify(|s| {
+            s.state = OpState::Running;
+            s.started_ms = Some(now_ms());
+        });
+    }
+
+    /// Records the end. A requested cancel overrides whatever the child reported: the
+    /// outcome of cancelled work is never claimed as certain.
+    pub fn finish(&self, mut state: OpState, exit_code: Option<i32>, signal: Option<i32>, error: Option<ToolError>, drained: bool) {
+        self.status.send_modify(|s| {
+            if s.cancel_requested {
+                state = OpState::CancellationUncertain;
+            }
+            s.state = state;
+            s.exit_code = exit_code;
+            s.signal = signal;
+            s.error = error;
+            s.finished_ms = Some(now_ms());
+            s.output_drained = drained;
+        });
+    }
+
+    /// Waits until the operation ends, `wait` elapses or `abort` fires; returns the
+    /// status at that moment.
+    pub async fn wait_for_end(&self, wait: Duration, abort: &CancellationToken) -> OpStatus {
+        let mut rx = self.status.subscribe();
+        let ended = async {
+            loop {
+                if rx.borrow_and_update().state.is_terminal() {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            () = ended => {}
+            () = tokio::time::sleep(wait) => {}
+            () = abort.cancelled() => {}
+        }
+        self.status()
+    }
+
+    /// The operation summary shared by every tool that reports an operation.
+    pub fn describe(&self) -> Value {
+        let s = self.status();
+        let out = self.output();
+        json!({
+            "operation_id": self.id.to_string(),
+            "kind": self.kind,
+            "scope_id": self.scope,
+            "state": s.state,
+            "exit_code": s.exit_code,
+            "signal": s.signal,
+            "error": s.error.as_ref().map(ToolError::to_json),
+            "cancel_requested": s.cancel_requested,
+            "created_ms": self.created_ms,
+            "started_ms": s.started_ms,
+            "finished_ms": s.finished_ms,
+            "duration_ms": s.started_ms.map(|start| s.finished_ms.unwrap_or_else(now_ms).saturating_sub(start)),
+            "timeout_ms": self.timeout.as_millis() as u64,
+            "stdout_bytes": out.written(Stream::Stdout),
+            "stderr_bytes": out.written(Stream::Stderr),
+            "latest_seq": out.latest_seq(),
+        })
+    }
+}
+
+/// All operation records of this server. Invariant: at most
+/// [`RETAINED_OPERATIONS`] records; only finished ones are ever dropped.
+#[derive(Debug, Default)]
+pub struct OperationTable {
+    ops: Mutex<VecDeque<Arc<Operation>>>,
+}
+
+fn unknown_for_session() -> ToolError {
+    // Unknown and foreign ids get the same answer, so a session cannot probe for
+    // other sessions' operations.
+    ToolError::new(
+        ErrorKind::UnknownOperation,
+        "no operation with this id belongs to this session (ids are per session and records are retained for the newest 128 operations)",
+    )
+}
+
+impl OperationTable {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Arc<Operation>>> {
+        self.ops.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a record, dropping the oldest finished records past the bound and trimming
+    /// retained output of finished operations past the global byte budget.
+    pub fn insert(&self, op: Arc<Operation>) -> Result<(), ToolError> {
+        let mut ops = self.lock();
+        while ops.len() >= RETAINED_OPERATIONS {
+            let Some(i) = ops.iter().position(|o| o.status().state.is_terminal()) else {
+                return Err(ToolError::new(
+                    ErrorKind::CapacityExhausted,
+                    "every retained operation record is still active",
+                ));
+            };
+            ops.remove(i);
+        }
+        ops.push_back(op);
+        let mut total: usize = ops.iter().map(|o| o.output().retained()).sum();
+        for old in ops.iter() {
+            if total <= GLOBAL_RETAINED_BYTES {
+                break;
+            }
+            if old.status().state.is_terminal() {
+                let mut out = old.output();
+                total -= out.retained();
+                out.discard_all();
+            }
+        }
+        Ok(())
+    }
+
+    pub fn get(&self, id: &str, session: SessionId) -> Result<Arc<Operation>, ToolError> {
+        let id = Uuid::parse_str(id).map_err(|_| unknown_for_session())?;
+        self.lock()
+            .iter()
+            .find(|o| o.id == id && o.owner == session)
+            .cloned()
+            .ok_or_else(unknown_for_session)
+    }
+
+    /// Cancels every live operation of `session` (its client went away).
+    pub fn cancel_session(&self, session: SessionId) -> Vec<Arc<Operation>> {
+        let ops: Vec<_> = self
+            .lock()
+            .iter()
+            .filter(|o| o.owner == session && !o.status().state.is_terminal())
+            .cloned()
+            .collect();
+        for op in &ops {
+            op.request_cancel();
+        }
+        ops
+    }
+
+    pub fn counts(&self) -> (usize, usize) {
+        let ops = self.lock();
+        let live = ops.iter().filter(|o| !o.status().state.is_terminal()).count();
+        (live, ops.len())
+    }
+
+    pub fn retained_bytes(&self) -> usize {
+        self.lock().iter().map(|o| o.output().retained()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ownership_and_bounded_retention() {
+        let table = OperationTable::default();
+        let first = Operation::new(1, OpKind::ShellRun, "default", Duration::from_secs(1));
+        table.insert(Arc::clone(&first)).unwrap();
+        let id = first.id.to_string();
+        assert!(table.get(&id, 1).is_ok());
+        assert_eq!(table.get(&id, 2).unwrap_err(), table.get("nope", 2).unwrap_err());
+        first.finish(OpState::Succeeded, Some(0), None, None, true);
+        for _ in 0..RETAINED_OPERATIONS {
+            let op = Operation::new(1, OpKind::ShellRun, "default", Duration::from_secs(1));
+            op.finish(OpState::Succeeded, Some(0), None, None, true);
+            table.insert(op).unwrap();
+        }
+        assert_eq!(table.counts().1, RETAINED_OPERATIONS);
+        assert!(table.get(&id, 1).is_err());
+    }
+
+    #[test]
+    fn cancel_overrides_outcome() {
+        let op = Operation::new(1, OpKind::ShellRun, "default", Duration::from_secs(1));
+        op.mark_running();
+        assert!(op.request_cancel());
+        op.finish(OpState::Succeeded, Some(0), None, None, true);
+        assert_eq!(op.status().state, OpState::CancellationUncertain);
+        assert!(!op.request_cancel());
+    }
+}

@@ -1,0 +1,112 @@
+//! One MCP session: rmcp drives the protocol; this handler answers `initialize` once,
+//! lists the static catalog and dispatches calls with the session's identity.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
+use tokio::io::{AsyncBufRead, AsyncWrite};
+
+use super::transport::LineTransport;
+use crate::context::ServerContext;
+use crate::operations::SessionId;
+use crate::tools;
+
+static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
+
+/// How long a closing session waits for its cancelled children to be reaped.
+const CLOSE_SETTLE: Duration = Duration::from_secs(8);
+
+const INSTRUCTIONS: &str = "marsh-mcp runs commands in this workspace's marsh project shell (never a host shell). \
+Use shell_run for commands: fast ones return inline; long ones return an operation id to poll with operation_get \
+and read with operation_output. Results are {ok, data} or {ok:false, error:{kind, message, retryable}}.";
+
+pub struct McpSession {
+    ctx: Arc<ServerContext>,
+    session: SessionId,
+    initialized: AtomicBool,
+}
+
+impl McpSession {
+    pub fn new(ctx: Arc<ServerContext>) -> Self {
+        Self {
+            ctx,
+            session: NEXT_SESSION.fetch_add(1, Ordering::Relaxed),
+            initialized: AtomicBool::new(false),
+        }
+    }
+
+    pub fn id(&self) -> SessionId {
+        self.session
+    }
+}
+
+impl ServerHandler for McpSession {
+    fn get_info(&self) -> ServerConfig {
+        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("marsh-mcp", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        if self.initialized.swap(true, Ordering::AcqRel) {
+            return Err(McpError::invalid_request("this session is already initialized", None));
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(tools::catalog()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        match tools::call(&self.ctx, self.session, &request.name, request.arguments, &context.ct).await {
+            Some(result) => Ok(result.into()),
+            None => Err(McpError::invalid_params(format!("unknown tool: {}", request.name), None)),
+        }
+    }
+}
+
+/// Serves one session over a byte stream until the peer leaves, then cancels exactly
+/// this session's live operations and waits (bounded) for their children.
+pub async fn serve_session<R, W>(ctx: Arc<ServerContext>, read: R, write: W) -> Result<(), String>
+where
+    R: AsyncBufRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let handler = McpSession::new(Arc::clone(&ctx));
+    let session = handler.id();
+    let transport = LineTransport::spawn(read, write);
+    let outcome = match handler.serve(transport).await {
+        Ok(running) => running.waiting().await.map(|_| ()).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let cancelled = ctx.ops.cancel_session(session);
+    if !cancelled.is_empty() {
+        tracing::info!(session, count = cancelled.len(), "session ended; cancelling its operations");
+        let never = tokio_util::sync::CancellationToken::new();
+        for op in cancelled {
+            op.wait_for_end(CLOSE_SETTLE, &never).await;
+        }
+    }
+    outcome
+}

@@ -1,0 +1,190 @@
+//! The rmcp transport for one MCP session over any byte stream: our bounded frame
+//! reader in front, one writer task behind.
+//!
+//! Invariants: every inbound line is either handed to rmcp as a parsed message or
+//! answered here with a JSON-RPC error (oversized, unparseable, not JSON-RPC); no frame
+//! larger than the cap is ever buffered; outbound frames are serialized and written by
+//! one task, so replies and error answers never interleave mid-line.
+
+use std::borrow::Cow;
+
+use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use super::frames::{Frame, FrameReader, MAX_FRAME_BYTES};
+
+const INBOUND_QUEUE: usize = 32;
+const OUTBOUND_QUEUE: usize = 64;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    #[error("the session's writer has stopped")]
+    WriterGone,
+    #[error("cannot encode an outbound message: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error("outbound message of {0} bytes exceeds the 1 MiB frame cap")]
+    OutboundTooLarge(usize),
+}
+
+pub struct LineTransport {
+    inbound: mpsc::Receiver<RxJsonRpcMessage<RoleServer>>,
+    outbound: mpsc::Sender<Vec<u8>>,
+}
+
+impl LineTransport {
+    /// Starts the reader and writer tasks. The writer ends when every sender is gone
+    /// (the transport and the reader), after flushing what was queued.
+    pub fn spawn<R, W>(read: R, write: W) -> Self
+    where
+        R: AsyncBufRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (in_tx, in_rx) = mpsc::channel(INBOUND_QUEUE);
+        let (out_tx, out_rx) = mpsc::channel(OUTBOUND_QUEUE);
+        tokio::spawn(write_frames(write, out_rx));
+        tokio::spawn(read_frames(FrameReader::new(read), in_tx, out_tx.clone()));
+        Self {
+            inbound: in_rx,
+            outbound: out_tx,
+        }
+    }
+}
+
+async fn write_frames<W: AsyncWrite + Unpin>(mut write: W, mut rx: mpsc::Receiver<Vec<u8>>) {
+    while let Some(mut frame) = rx.recv().await {
+        frame.push(b'\n');
+        let written = async {
+            write.write_all(&frame).await?;
+            // Drain whatever else is already queued before paying for a flush.
+            while let Ok(mut more) = rx.try_recv() {
+                more.push(b'\n');
+                write.write_all(&more).await?;
+            }
+            write.flush().await
+        }
+        .await;
+        if let Err(err) = written {
+            tracing::debug!(%err, "session output closed");
+            return;
+        }
+    }
+    let _ = write.shutdown().await;
+}
+
+fn error_frame(id: Value, code: i64, message: &str) -> Vec<u8> {
+    let reply = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    reply.to_string().into_bytes()
+}
+
+/// What one inbound line turns into.
+enum Inbound {
+    Message(Box<RxJsonRpcMessage<RoleServer>>),
+    Reply(Vec<u8>),
+    Ignore,
+}
+
+fn classify(frame: Frame, initialize_seen: &mut bool) -> Inbound {
+    let line = match frame {
+        Frame::Oversized { len } => {
+            tracing::warn!(len, "discarded an oversized frame");
+            return Inbound::Reply(error_frame(
+                Value::Null,
+                -32600,
+                &format!("frame of {len} bytes exceeds the {MAX_FRAME_BYTES}-byte limit and was discarded"),
+            ));
+        }
+        Frame::Line(line) => line,
+    };
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Inbound::Ignore;
+    }
+    let value: Value = match serde_json::from_slice(&line) {
+        Ok(v) => v,
+        Err(_) => return Inbound::Reply(error_frame(Value::Null, -32700, "parse error: not JSON")),
+    };
+    let id = value.get("id").cloned();
+    let method = value.get("method").and_then(Value::as_str).map(str::to_owned);
+    match serde_json::from_value::<RxJsonRpcMessage<RoleServer>>(value) {
+        Ok(message) => {
+            match (method.as_deref(), &id) {
+                (Some("initialize"), Some(_)) => *initialize_seen = true,
+                // rmcp ends a session on a notification before `initialize`; a
+                // notification needs no answer, so it is dropped instead.
+                (Some(_), None) if !*initialize_seen => return Inbound::Ignore,
+                _ => {}
+            }
+            Inbound::Message(Box::new(message))
+        }
+        Err(err) => match id {
+            Some(id) => Inbound::Reply(error_frame(id, -32600, &format!("invalid request: {err}"))),
+            None => {
+                tracing::debug!(%err, "dropped an invalid notification");
+                Inbound::Ignore
+            }
+        },
+    }
+}
+
+async fn read_frames<R: AsyncBufRead + Unpin>(
+    mut frames: FrameReader<R>,
+    inbound: mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
+    outbound: mpsc::Sender<Vec<u8>>,
+) {
+    let mut initialize_seen = false;
+    loop {
+        let frame = match frames.next_frame().await {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return,
+            Err(err) => {
+                tracing::debug!(%err, "session input failed");
+                return;
+            }
+        };
+        let delivered = match classify(frame, &mut initialize_seen) {
+            Inbound::Message(message) => inbound.send(*message).await.is_ok(),
+            Inbound::Reply(reply) => outbound.send(reply).await.is_ok(),
+            Inbound::Ignore => true,
+        };
+        if !delivered {
+            return;
+        }
+    }
+}
+
+impl Transport<RoleServer> for LineTransport {
+    type Error = TransportError;
+
+    fn name() -> Cow<'static, str> {
+        "marsh-line".into()
+    }
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let outbound = self.outbound.clone();
+        let encoded = serde_json::to_vec(&item);
+        async move {
+            let bytes = encoded?;
+            if bytes.len() > MAX_FRAME_BYTES {
+                return Err(TransportError::OutboundTooLarge(bytes.len()));
+            }
+            outbound
+                .send(bytes)
+                .await
+                .map_err(|_| TransportError::WriterGone)
+        }
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleServer>>> + Send {
+        self.inbound.recv()
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.inbound.close();
+        Ok(())
+    }
+}

@@ -1,0 +1,188 @@
+//! Startup validation. Everything here runs before the first MCP byte is read, so a
+//! server that answers `tools/list` has passed all of it.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+
+use marsh_scope_registry::{ensure_owner_only_dir, ManagedRoot, RegistryError, ScopeState};
+use sha2::{Digest, Sha256};
+
+use crate::child_env::{ChildEnv, ChildEnvError};
+use crate::cli::ServeArgs;
+use crate::context::ServerContext;
+use crate::marsh::MarshDriver;
+use crate::pinned::{hex, PinError, PinnedExecutable};
+use crate::scope::{Scope, StateStore};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("cannot resolve the workspace {path}: {source}")]
+    Workspace { path: PathBuf, source: std::io::Error },
+    #[error("the workspace {path} is not a directory")]
+    WorkspaceNotDirectory { path: PathBuf },
+    #[error("cannot determine the current directory: {0}")]
+    CurrentDir(std::io::Error),
+    #[error("cannot locate the running marsh-mcp executable: {0}")]
+    CurrentExe(std::io::Error),
+    #[error("no home directory: set HOME or MARSH_HOME, or pass --home")]
+    NoHome,
+    #[error("the path {path} contains `..` after its existing prefix; pass a plain path")]
+    DotDot { path: PathBuf },
+    #[error("the {what} {path} overlaps the workspace {workspace}; homes and roots must live outside it (and it outside them)")]
+    OverlapsWorkspace { what: &'static str, path: PathBuf, workspace: PathBuf },
+    #[error("the {what} {path} failed verification: {source}")]
+    Area { what: &'static str, path: PathBuf, source: Box<RegistryError> },
+    #[error(transparent)]
+    Registry(Box<RegistryError>),
+    #[error(transparent)]
+    Pin(#[from] PinError),
+    #[error(transparent)]
+    ChildEnv(#[from] ChildEnvError),
+}
+
+/// Where the default scope's home comes from.
+enum Mode {
+    Legacy(PathBuf),
+    Managed(PathBuf),
+}
+
+/// Absolute form of `path` with its longest existing prefix canonicalized, without
+/// creating anything: the base for overlap checks before any directory is made.
+fn resolve(path: &Path) -> Result<PathBuf, StartupError> {
+    let absolute = if path.is_absolute() {
+        path.to_owned()
+    } else {
+        std::env::current_dir().map_err(StartupError::CurrentDir)?.join(path)
+    };
+    if let Ok(canonical) = std::fs::canonicalize(&absolute) {
+        return Ok(canonical);
+    }
+    // Part of the path does not exist yet: `..` cannot be resolved against it.
+    if absolute.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(StartupError::DotDot { path: absolute });
+    }
+    let mut existing = absolute.clone();
+    let mut rest: Vec<OsString> = Vec::new();
+    while let Some(name) = existing.file_name().map(|n| n.to_os_string()) {
+        rest.push(name);
+        existing.pop();
+        if let Ok(mut out) = std::fs::canonicalize(&existing) {
+            for part in rest.iter().rev() {
+                out.push(part);
+            }
+            return Ok(out);
+        }
+    }
+    Ok(absolute)
+}
+
+fn overlaps(a: &Path, b: &Path) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
+pub fn workspace_hash(canonical: &Path) -> String {
+    hex(&Sha256::digest(canonical.as_os_str().as_bytes()))
+}
+
+/// Validates every startup rule and returns the context to serve with.
+pub fn prepare(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<ServerContext, StartupError> {
+    let lookup = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| PathBuf::from(v));
+    let requested = match &args.workspace {
+        Some(w) => w.clone(),
+        None => std::env::current_dir().map_err(StartupError::CurrentDir)?,
+    };
+    let workspace = std::fs::canonicalize(&requested).map_err(|source| StartupError::Workspace {
+        path: requested.clone(),
+        source,
+    })?;
+    let ws_meta = std::fs::metadata(&workspace).map_err(|source| StartupError::Workspace {
+        path: workspace.clone(),
+        source,
+    })?;
+    if !ws_meta.is_dir() {
+        return Err(StartupError::WorkspaceNotDirectory { path: workspace });
+    }
+    let hash = workspace_hash(&workspace);
+
+    let mode = match (&args.home, &args.scope_root) {
+        (Some(home), _) => Mode::Legacy(resolve(home)?),
+        (None, Some(root)) => Mode::Managed(resolve(root)?),
+        (None, None) => {
+            let home = match lookup("MARSH_HOME") {
+                Some(h) if !h.as_os_str().is_empty() => h,
+                _ => lookup("HOME").filter(|h| h.is_absolute()).ok_or(StartupError::NoHome)?.join(".marsh"),
+            };
+            Mode::Legacy(resolve(&home)?)
+        }
+    };
+    let (area_name, area) = match &mode {
+        Mode::Legacy(h) => ("home", h.clone()),
+        Mode::Managed(r) => ("scope root", r.clone()),
+    };
+    if overlaps(&area, &workspace) {
+        return Err(StartupError::OverlapsWorkspace {
+            what: area_name,
+            path: area,
+            workspace,
+        });
+    }
+
+    // Pin before creating anything, so a bad executable leaves no state behind.
+    let forbidden = [("workspace", workspace.as_path()), (area_name, area.as_path())];
+    let marsh_path = match &args.marsh {
+        Some(m) => m.clone(),
+        None => std::env::current_exe()
+            .map_err(StartupError::CurrentExe)?
+            .with_file_name("marsh"),
+    };
+    let marsh = PinnedExecutable::pin("marsh", &marsh_path, true, &forbidden)?;
+    let marshd = PinnedExecutable::pin("marshd", &marsh.path().with_file_name("marshd"), true, &forbidden)?;
+    let sbx = PinnedExecutable::pin("sbx", &args.sbx, false, &forbidden)?;
+    let child_env = ChildEnv::build(sbx.path(), env.iter().cloned())?;
+
+    let scope = match mode {
+        Mode::Legacy(home) => {
+            let identity = ensure_owner_only_dir(&home).map_err(|source| StartupError::Area {
+                what: "home",
+                path: home.clone(),
+                source: Box::new(source),
+            })?;
+            Scope::new(home, identity, StateStore::ProcessLocal(Mutex::new(ScopeState::Ready)))
+        }
+        Mode::Managed(root) => {
+            let managed = ManagedRoot::open(&root, &workspace.to_string_lossy(), ws_meta.dev(), ws_meta.ino())
+                .map_err(|e| StartupError::Registry(Box::new(e)))?;
+            let home = managed.default_home();
+            let identity = managed.registry().default.home;
+            Scope::new(home, identity, StateStore::Managed(Mutex::new(managed)))
+        }
+    };
+    let driver = MarshDriver::new(marsh, marshd, sbx, child_env, workspace.clone());
+    Ok(ServerContext::new(workspace, hash, driver, scope, args.allow_full_sbx_control))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolve_keeps_missing_tail_and_refuses_dotdot() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(tmp.path()).unwrap();
+        assert_eq!(resolve(&base.join("a/b")).unwrap(), base.join("a/b"));
+        assert!(resolve(&base.join("a/../../x")).is_err());
+        assert!(overlaps(&base.join("a"), &base));
+        assert!(!overlaps(&base.join("ab"), &base.join("a")));
+    }
+
+    #[test]
+    fn workspace_hash_is_sha256_hex_of_path_bytes() {
+        assert_eq!(
+            workspace_hash(Path::new("/")),
+            "8a5edab282632443219e051e4ade2d1d5bbc671c781051bf1437897cbdfea0f1"
+        );
+    }
+}

@@ -1,0 +1,86 @@
+//! operation_get, operation_output, operation_cancel.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::args::{self, OperationCancelArgs, OperationGetArgs, OperationOutputArgs};
+use super::envelope::{ToolError, ToolResult};
+use super::views::{read_fields, ViewOptions};
+use crate::context::ServerContext;
+use crate::operations::SessionId;
+
+/// How long operation_cancel waits for the escalation to reap the child before
+/// answering (SIGINT, SIGTERM and SIGKILL steps together take at most ~4.5 s).
+const CANCEL_SETTLE: Duration = Duration::from_secs(6);
+
+fn object(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+pub async fn operation_get(ctx: &ServerContext, session: SessionId, raw: Option<Map<String, Value>>, request: &CancellationToken) -> ToolResult {
+    let a: OperationGetArgs = args::parse(raw)?;
+    let wait = args::bounded("wait_ms", a.wait_ms, 0, args::WAIT_MAX_MS, 0)?;
+    let op = ctx.ops.get(&a.operation_id, session)?;
+    let status = op.wait_for_end(Duration::from_millis(wait), request).await;
+    let mut data = object(op.describe());
+    data.insert("wait_result".into(), Value::from(if status.state.is_terminal() { "ended" } else { "deadline_reached" }));
+    data.insert("output_drained".into(), Value::from(status.output_drained));
+    Ok(Value::Object(data))
+}
+
+pub async fn operation_output(ctx: &ServerContext, session: SessionId, raw: Option<Map<String, Value>>) -> ToolResult {
+    let a: OperationOutputArgs = args::parse(raw)?;
+    let max_bytes = args::bounded("max_bytes", a.max_bytes, 1, args::MAX_BYTES_LIMIT, args::MAX_BYTES_DEFAULT)? as usize;
+    if a.tail_lines.is_some() && a.since_seq.is_some() {
+        return Err(ToolError::invalid("since_seq and tail_lines are mutually exclusive"));
+    }
+    let op = ctx.ops.get(&a.operation_id, session)?;
+    let status = op.status();
+    let read = match a.tail_lines {
+        Some(lines) => {
+            let lines = args::bounded("tail_lines", Some(lines), 1, args::TAIL_LINES_MAX, 1)?;
+            op.output().tail(lines as usize, max_bytes)
+        }
+        None => op.output().read_since(a.since_seq.unwrap_or(0), max_bytes),
+    };
+    let opts = ViewOptions {
+        include_base64: a.include_base64.unwrap_or(false),
+    };
+    let mut data = Map::new();
+    data.insert("operation_id".into(), Value::from(op.id.to_string()));
+    data.insert("state".into(), serde_json::to_value(status.state).unwrap_or(Value::Null));
+    data.extend(read_fields(&read, opts));
+    data.insert(
+        "output_complete".into(),
+        Value::from(status.state.is_terminal() && status.output_drained && !read.capped && !read.evicted && a.tail_lines.is_none()),
+    );
+    if read.capped {
+        data.insert("hint".into(), Value::from("more output is retained: call again with since_seq = next_seq"));
+    } else if read.evicted {
+        data.insert("hint".into(), Value::from("part of the requested range exceeded retention and is gone; start_seq shows where the returned bytes begin"));
+    }
+    Ok(Value::Object(data))
+}
+
+pub async fn operation_cancel(ctx: &ServerContext, session: SessionId, raw: Option<Map<String, Value>>, request: &CancellationToken) -> ToolResult {
+    let a: OperationCancelArgs = args::parse(raw)?;
+    let op = ctx.ops.get(&a.operation_id, session)?;
+    let requested = op.request_cancel();
+    op.wait_for_end(CANCEL_SETTLE, request).await;
+    let mut data = object(op.describe());
+    data.insert("cancel_accepted".into(), Value::from(requested));
+    data.insert(
+        "note".into(),
+        Value::from(if requested {
+            "cancellation was requested; the outcome is cancellation_uncertain because signal delivery does not prove the sandbox work stopped"
+        } else {
+            "the operation had already ended (or was already being cancelled); nothing was signalled"
+        }),
+    );
+    Ok(Value::Object(data))
+}

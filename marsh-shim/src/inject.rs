@@ -1,0 +1,93 @@
+//! Failure and delay injection through marker files in the home (`.shim/fail/<verb>`,
+//! `.shim/hang/<verb>`), so every failure path can be exercised black-box.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::home::Home;
+use crate::util;
+
+/// Longest injected delay honoured.
+const MAX_HANG_MS: u64 = 600_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Boot,
+    Run,
+    Status,
+    Results,
+    Show,
+    Reset,
+    Stop,
+    WorkersReset,
+    Load,
+}
+
+impl Verb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Boot => "boot",
+            Verb::Run => "run",
+            Verb::Status => "status",
+            Verb::Results => "results",
+            Verb::Show => "show",
+            Verb::Reset => "reset",
+            Verb::Stop => "stop",
+            Verb::WorkersReset => "workers-reset",
+            Verb::Load => "load",
+        }
+    }
+}
+
+/// Applies the injections for `verb`: first the delay, then the failure.
+pub fn check(home: &Home, verb: Verb) -> Result<()> {
+    if let Some(ms) = marker_number(home, &home.hang_marker(verb.as_str())) {
+        std::thread::sleep(Duration::from_millis(ms.min(MAX_HANG_MS)));
+    }
+    if let Some(code) = marker(home, &home.fail_marker(verb.as_str())) {
+        let code = code
+            .parse::<i32>()
+            .ok()
+            .filter(|c| (1..=255).contains(c))
+            .unwrap_or(1);
+        return Err(Error::Injected {
+            verb: verb.as_str(),
+            code,
+        });
+    }
+    Ok(())
+}
+
+/// The trimmed content of a marker file, or `None` when it is absent.
+fn marker(home: &Home, path: &std::path::Path) -> Option<String> {
+    if !home.exists() {
+        return None;
+    }
+    let bytes = util::read_bounded(path, 64).ok()?;
+    Some(String::from_utf8_lossy(&bytes).trim().to_string())
+}
+
+fn marker_number(home: &Home, path: &std::path::Path) -> Option<u64> {
+    marker(home, path).map(|text| text.parse().unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn markers_fail_with_their_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::at(dir.path());
+        assert!(check(&home, Verb::Run).is_ok());
+        std::fs::create_dir_all(home.shim_dir().join("fail")).unwrap();
+        std::fs::write(home.fail_marker("run"), "7\n").unwrap();
+        std::fs::write(home.fail_marker("stop"), "").unwrap();
+        let err = check(&home, Verb::Run).unwrap_err();
+        assert_eq!(err.exit_code(), 7);
+        assert_eq!(err.to_string(), "injected failure: run");
+        assert_eq!(check(&home, Verb::Stop).unwrap_err().exit_code(), 1);
+        assert!(check(&home, Verb::Status).is_ok());
+    }
+}

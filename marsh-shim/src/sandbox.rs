@@ -1,0 +1,257 @@
+//! Isolation: which confinement is in force, the bubblewrap layout shared by the
+//! project shell and kit job containers, and the fixed job environment.
+//!
+//! Layout invariant: inside a sandbox only the workspace is writable; the system
+//! directories are read-only; `/tmp`, `/run` and the job's home are private tmpfs;
+//! nothing else of the host (in particular no marsh home, scope root, token or daemon
+//! socket) is mounted.
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Component, Path, PathBuf};
+use std::process::Command;
+
+use crate::error::{Error, Result};
+use crate::proto::EnvVar;
+
+/// Where the agent binary, its kit socket and the kit wrappers live inside the shell.
+pub const SANDBOX_AGENT: &str = "/run/marsh/agent";
+pub const SANDBOX_KIT_SOCKET: &str = "/run/marsh/kit.sock";
+pub const SANDBOX_KIT_DIR: &str = "/run/marsh/kits";
+
+/// Host directories bound read-only (or recreated as symlinks) when present.
+const SYSTEM_PATHS: [&str; 8] = ["/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+/// A job home must not shadow these.
+const RESERVED_PREFIXES: [&str; 11] = [
+    "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/dev", "/sys",
+];
+const BWRAP_CANDIDATES: [&str; 3] = ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"];
+
+/// The variables a job takes from `marsh`'s own environment.
+pub const CALLER_VARS: [&str; 4] = ["PATH", "HOME", "USER", "LOGNAME"];
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Isolation {
+    Bwrap(PathBuf),
+    Unconfined,
+}
+
+impl Isolation {
+    /// bubblewrap from `MARSH_SHIM_BWRAP` (a test hook: an absolute path, used only if
+    /// it exists) or the standard locations; without it, unconfined only when
+    /// `MARSH_SHIM_UNCONFINED=1`.
+    pub fn detect(bwrap_override: Option<&OsStr>, unconfined: Option<&OsStr>) -> Result<Self> {
+        let candidates: Vec<PathBuf> = match bwrap_override.filter(|v| !v.is_empty()) {
+            Some(path) => vec![PathBuf::from(path)],
+            None => BWRAP_CANDIDATES.iter().map(PathBuf::from).collect(),
+        };
+        if let Some(found) = candidates
+            .into_iter()
+            .find(|p| p.is_absolute() && fs::metadata(p).map(|m| m.is_file()).unwrap_or(false))
+        {
+            return Ok(Isolation::Bwrap(found));
+        }
+        if unconfined == Some(OsStr::new("1")) {
+            return Ok(Isolation::Unconfined);
+        }
+        Err(Error::failed(
+            "bubblewrap (bwrap) is not installed; refusing to run jobs unconfined (set MARSH_SHIM_UNCONFINED=1 to allow it)",
+        ))
+    }
+
+    pub fn label(&self) -> &'static str {
+        match self {
+            Isolation::Bwrap(_) => "bwrap",
+            Isolation::Unconfined => "unconfined",
+        }
+    }
+}
+
+/// One sandbox to build.
+pub struct Layout<'a> {
+    pub workspace: &'a Path,
+    /// Mounted as a private tmpfs when [`home_is_mountable`].
+    pub job_home: Option<&'a Path>,
+    pub hostname: &'a str,
+    /// Host files bound read-only at fixed in-sandbox paths.
+    pub ro_files: Vec<(PathBuf, &'static str)>,
+}
+
+/// A bubblewrap command for `layout` running `argv` with exactly `env`. The sandbox
+/// dies with the thread that spawns it (`--die-with-parent`), so spawn it from a
+/// thread that outlives it.
+pub fn bwrap_command(bwrap: &Path, layout: &Layout<'_>, env: &[(OsString, OsString)], argv: &[OsString]) -> Command {
+    let mut cmd = Command::new(bwrap);
+    cmd.args(bwrap_args(layout, env, argv))
+        .env_clear()
+        .current_dir("/");
+    cmd
+}
+
+fn bwrap_args(layout: &Layout<'_>, env: &[(OsString, OsString)], argv: &[OsString]) -> Vec<OsString> {
+    let mut args: Vec<OsString> = Vec::new();
+    let mut push = |items: &[&OsStr]| args.extend(items.iter().map(|s| s.to_os_string()));
+    push(&[
+        "--die-with-parent".as_ref(),
+        "--unshare-pid".as_ref(),
+        "--unshare-ipc".as_ref(),
+        "--unshare-uts".as_ref(),
+        "--unshare-cgroup-try".as_ref(),
+        "--new-session".as_ref(),
+        "--cap-drop".as_ref(),
+        "ALL".as_ref(),
+        "--hostname".as_ref(),
+        layout.hostname.as_ref(),
+    ]);
+    for path in SYSTEM_PATHS {
+        match fs::symlink_metadata(path) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                if let Ok(target) = fs::read_link(path) {
+                    push(&["--symlink".as_ref(), target.as_os_str(), path.as_ref()]);
+                }
+            }
+            Ok(meta) if meta.is_dir() => push(&["--ro-bind".as_ref(), path.as_ref(), path.as_ref()]),
+            _ => {}
+        }
+    }
+    push(&[
+        "--proc".as_ref(),
+        "/proc".as_ref(),
+        "--dev".as_ref(),
+        "/dev".as_ref(),
+        "--tmpfs".as_ref(),
+        "/tmp".as_ref(),
+        "--tmpfs".as_ref(),
+        "/run".as_ref(),
+    ]);
+    if let Some(home) = layout.job_home.filter(|h| home_is_mountable(h)) {
+        push(&["--tmpfs".as_ref(), home.as_os_str()]);
+    }
+    let ws = layout.workspace.as_os_str();
+    push(&["--bind".as_ref(), ws, ws]);
+    for (src, dst) in &layout.ro_files {
+        push(&["--ro-bind".as_ref(), src.as_os_str(), dst.as_ref()]);
+    }
+    push(&["--chdir".as_ref(), ws, "--clearenv".as_ref()]);
+    for (name, value) in env {
+        push(&["--setenv".as_ref(), name, value]);
+    }
+    push(&["--".as_ref()]);
+    args.extend(argv.iter().cloned());
+    args
+}
+
+/// A job home can be a private tmpfs when it is absolute, normal, not `/`, and does
+/// not shadow a system directory.
+pub fn home_is_mountable(home: &Path) -> bool {
+    home.is_absolute()
+        && home.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+        && home != Path::new("/")
+        && !RESERVED_PREFIXES.iter().any(|p| home.starts_with(p))
+}
+
+/// The fixed job environment: `PATH` (with `kit_dir` first, so registered kits are on
+/// it), `HOME`, `USER`, `LOGNAME` from the caller, `LANG=C.UTF-8`, `TERM=dumb`.
+pub fn job_env(caller: &[EnvVar], kit_dir: &Path) -> Vec<(OsString, OsString)> {
+    let path = caller_value(caller, "PATH").unwrap_or_else(|| DEFAULT_PATH.as_bytes().to_vec());
+    let mut full_path = kit_dir.as_os_str().as_bytes().to_vec();
+    full_path.push(b':');
+    full_path.extend_from_slice(&path);
+    finish_env(caller, full_path)
+}
+
+/// The environment of a kit job: like [`job_env`] but without the kit directory,
+/// which does not exist in a kit's container.
+pub fn kit_env(caller: &[EnvVar], kit_dir: &Path) -> Vec<(OsString, OsString)> {
+    let path = caller_value(caller, "PATH").unwrap_or_else(|| DEFAULT_PATH.as_bytes().to_vec());
+    let kept: Vec<&[u8]> = path
+        .split(|b| *b == b':')
+        .filter(|entry| *entry != kit_dir.as_os_str().as_bytes())
+        .collect();
+    finish_env(caller, kept.join(&b':'))
+}
+
+fn finish_env(caller: &[EnvVar], path: Vec<u8>) -> Vec<(OsString, OsString)> {
+    let mut env = vec![(OsString::from("PATH"), OsString::from_vec(path))];
+    for name in ["HOME", "USER", "LOGNAME"] {
+        if let Some(value) = caller_value(caller, name) {
+            env.push((OsString::from(name), OsString::from_vec(value)));
+        }
+    }
+    env.push(("LANG".into(), "C.UTF-8".into()));
+    env.push(("TERM".into(), "dumb".into()));
+    env
+}
+
+fn caller_value(caller: &[EnvVar], name: &str) -> Option<Vec<u8>> {
+    caller
+        .iter()
+        .find(|v| v.name.0 == name.as_bytes())
+        .map(|v| v.value.0.clone())
+        .filter(|v| !v.contains(&0))
+}
+
+/// `HOME` of a job environment, if any.
+pub fn env_home(env: &[(OsString, OsString)]) -> Option<PathBuf> {
+    env.iter().find(|(k, _)| k == "HOME").map(|(_, v)| PathBuf::from(v))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::proto::Bytes;
+
+    fn var(name: &str, value: &str) -> EnvVar {
+        EnvVar {
+            name: Bytes(name.as_bytes().to_vec()),
+            value: Bytes(value.as_bytes().to_vec()),
+        }
+    }
+
+    #[test]
+    fn job_env_is_fixed() {
+        let caller = vec![var("PATH", "/a:/b"), var("HOME", "/h"), var("SECRET", "x")];
+        let env = job_env(&caller, Path::new("/run/marsh/kits"));
+        let names: Vec<_> = env.iter().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
+        assert_eq!(names, ["PATH", "HOME", "LANG", "TERM"]);
+        assert_eq!(env[0].1, "/run/marsh/kits:/a:/b");
+        let kit = kit_env(&[var("PATH", "/run/marsh/kits:/a")], Path::new("/run/marsh/kits"));
+        assert_eq!(kit[0].1, "/a");
+    }
+
+    #[test]
+    fn homes() {
+        assert!(home_is_mountable(Path::new("/root")));
+        assert!(home_is_mountable(Path::new("/home/u")));
+        assert!(!home_is_mountable(Path::new("/")));
+        assert!(!home_is_mountable(Path::new("/usr/x")));
+        assert!(!home_is_mountable(Path::new("rel")));
+        assert!(!home_is_mountable(Path::new("/home/../etc")));
+    }
+
+    #[test]
+    fn layout_binds_only_the_workspace_writable() {
+        let layout = Layout {
+            workspace: Path::new("/w"),
+            job_home: Some(Path::new("/root")),
+            hostname: "h",
+            ro_files: vec![],
+        };
+        let args = bwrap_args(&layout, &[], &["true".into()]);
+        let text: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        let binds: Vec<_> = text.windows(2).filter(|w| w[0] == "--bind").map(|w| w[1].clone()).collect();
+        assert_eq!(binds, ["/w"]);
+        assert!(text.windows(2).any(|w| w[0] == "--tmpfs" && w[1] == "/root"));
+        assert_eq!(text.last().map(String::as_str), Some("true"));
+    }
+
+    #[test]
+    fn missing_bwrap_refuses_unless_unconfined() {
+        let none = Some(OsStr::new("/nonexistent/bwrap"));
+        assert!(Isolation::detect(none, None).is_err());
+        assert_eq!(Isolation::detect(none, Some(OsStr::new("1"))).unwrap(), Isolation::Unconfined);
+    }
+}

@@ -1,0 +1,187 @@
+//! Small helpers shared by the binaries: time, locks, durable files, process probes.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::error::{Context, Error, Result};
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// Locks a mutex, recovering the data if a panicking thread poisoned it: every
+/// critical section in this crate leaves the guarded state consistent at each step.
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Effective uid of this process.
+pub fn euid() -> u32 {
+    nix::unistd::geteuid().as_raw()
+}
+
+/// `n` bytes from the kernel CSPRNG, lowercase hex.
+pub fn random_hex(n: usize) -> Result<String> {
+    let mut buf = vec![0u8; n];
+    File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .context(|| "reading /dev/urandom".to_string())?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Writes `bytes` to `dir/name` so that a reader sees either the old file or the
+/// complete new one, and the new one survives a crash once this returns: temp file
+/// (0600, exclusive create) + fsync + rename + fsync of the directory.
+pub fn write_durable(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let tmp_name = format!(".{name}.{}.tmp", random_hex(6)?);
+    let tmp = dir.join(&tmp_name);
+    let target = dir.join(name);
+    let result = (|| -> std::io::Result<()> {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&tmp, &target)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        // The temp name is ours alone (random, exclusive create); removing it is safe.
+        let _ = fs::remove_file(&tmp);
+    }
+    result.context(|| format!("writing {}", target.display()))
+}
+
+/// Reads at most `limit` bytes of a regular file without following a final symlink.
+pub fn read_bounded(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut buf = Vec::new();
+    file.take(limit).read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+/// True while `pid` names a process that has not yet exited (zombies count as gone).
+pub fn process_alive(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state field follows the parenthesised command, which may contain spaces.
+        Ok(stat) => match stat.rfind(')') {
+            Some(end) => !matches!(stat[end + 1..].trim_start().chars().next(), Some('Z' | 'X')),
+            None => true,
+        },
+        Err(_) => false,
+    }
+}
+
+/// Creates `path` as an owner-only directory if missing, and verifies that it is a
+/// real directory (not a symlink) owned by the effective uid; tightens its mode to 0700.
+pub fn ensure_private_dir(path: &Path) -> Result<()> {
+    match fs::symlink_metadata(path) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            fs::DirBuilder::new()
+                .mode(0o700)
+                .create(path)
+                .or_else(|e| {
+                    if e.kind() == std::io::ErrorKind::AlreadyExists {
+                        Ok(())
+                    } else {
+                        Err(e)
+                    }
+                })
+                .context(|| format!("creating {}", path.display()))?;
+        }
+        Err(e) => return Err(Error::io(format!("inspecting {}", path.display()), e)),
+    }
+    let meta = fs::symlink_metadata(path).context(|| format!("inspecting {}", path.display()))?;
+    if !meta.file_type().is_dir() {
+        return Err(Error::failed(format!(
+            "{} is not a directory",
+            path.display()
+        )));
+    }
+    if meta.uid() != euid() {
+        return Err(Error::failed(format!(
+            "{} is owned by uid {}, not by this user",
+            path.display(),
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o777 != 0o700 {
+        fs::set_permissions(path, fs::Permissions::from_mode(0o700))
+            .context(|| format!("restricting {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Quotes one word for a POSIX shell when it needs quoting (used for receipt text).
+pub fn shell_quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn durable_write_replaces_atomically() {
+        let dir = tempfile::tempdir().unwrap();
+        write_durable(dir.path(), "a.json", b"one").unwrap();
+        write_durable(dir.path(), "a.json", b"two").unwrap();
+        assert_eq!(fs::read(dir.path().join("a.json")).unwrap(), b"two");
+        let names: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "no temp file is left behind");
+        let mode = fs::metadata(dir.path().join("a.json")).unwrap().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn private_dir_is_created_owner_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("d");
+        ensure_private_dir(&p).unwrap();
+        assert_eq!(fs::metadata(&p).unwrap().mode() & 0o777, 0o700);
+        std::os::unix::fs::symlink(&p, dir.path().join("l")).unwrap();
+        assert!(ensure_private_dir(&dir.path().join("l")).is_err());
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("abc"), "abc");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn own_process_is_alive() {
+        assert!(process_alive(std::process::id()));
+        assert_eq!(random_hex(32).unwrap().len(), 64);
+    }
+}

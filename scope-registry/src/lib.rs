@@ -1,0 +1,25 @@
+//! Host-side state of one marsh-mcp development root: the owner-only directory checks,
+//! the workspace binding (`workspace.json`), the exclusive lease (`control.lock`) and the
+//! atomically published scope registry (`scopes.json`).
+//!
+//! Everything here works on identities `(dev, ino, uid, mode)` and never trusts a path
+//! twice: directories are checked with `lstat` (no symlink is ever followed) and files
+//! are opened with `O_NOFOLLOW`.
+
+mod atomic;
+mod binding;
+mod error;
+mod identity;
+mod lease;
+mod owner;
+mod registry;
+mod root;
+
+pub use atomic::write_atomically;
+pub use binding::WorkspaceBinding;
+pub use error::RegistryError;
+pub use identity::DirIdentity;
+pub use lease::Lease;
+pub use owner::{ensure_owner_only_dir, verify_owner_only_dir};
+pub use registry::{Registry, ScopeRecord, ScopeState, REGISTRY_VERSION};
+pub use root::{ManagedRoot, DEFAULT_HOME_NAME};
