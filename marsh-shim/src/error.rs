@@ -95,6 +95,9 @@ mod tests {
             7
         );
         assert_eq!(Error::failed("x").exit_code(), 1);
-        assert_eq!(Error::Busy("1 active job".into()).to_string(), "busy: 1 active job");
+        assert_eq!(
+            Error::Busy("1 active job".into()).to_string(),
+            "busy: 1 active job"
+        );
     }
 }

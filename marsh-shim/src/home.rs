@@ -2,7 +2,6 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::os::unix::ffi::OsStringExt;
 use std::path::{Component, Path, PathBuf};
 
 use crate::error::{Context, Error, Result};
@@ -18,7 +17,11 @@ pub struct Home {
 impl Home {
     /// Resolves the home from `MARSH_HOME` (made absolute against `cwd`), else
     /// `$HOME/.marsh`, else the passwd home of the effective uid + `/.marsh`.
-    pub fn from_env(marsh_home: Option<OsString>, home: Option<OsString>, cwd: &Path) -> Result<Self> {
+    pub fn from_env(
+        marsh_home: Option<OsString>,
+        home: Option<OsString>,
+        cwd: &Path,
+    ) -> Result<Self> {
         let root = match marsh_home.filter(|v| !v.is_empty()) {
             Some(v) => cwd.join(PathBuf::from(v)),
             None => {
@@ -46,7 +49,9 @@ impl Home {
     /// True when the home exists as a directory (symlinks to directories count, as
     /// they did when the path was canonicalized).
     pub fn exists(&self) -> bool {
-        fs::metadata(&self.root).map(|m| m.is_dir()).unwrap_or(false)
+        fs::metadata(&self.root)
+            .map(|m| m.is_dir())
+            .unwrap_or(false)
     }
 
     /// Creates the home (owner-only) when missing and re-canonicalizes its path.
@@ -57,7 +62,8 @@ impl Home {
             }
             util::ensure_private_dir(&self.root)?;
         }
-        self.root = fs::canonicalize(&self.root).context(|| format!("resolving {}", self.root.display()))?;
+        self.root = fs::canonicalize(&self.root)
+            .context(|| format!("resolving {}", self.root.display()))?;
         Ok(())
     }
 
@@ -133,11 +139,6 @@ fn lexically_normal(path: &Path) -> PathBuf {
     out
 }
 
-/// The home argument a daemon is started with, as raw bytes.
-pub fn path_from_bytes(bytes: Vec<u8>) -> PathBuf {
-    PathBuf::from(OsString::from_vec(bytes))
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -145,12 +146,23 @@ mod tests {
 
     #[test]
     fn marsh_home_wins_and_is_made_absolute() {
-        let h = Home::from_env(Some("rel/./h".into()), Some("/nonexistent-home".into()), Path::new("/base")).unwrap();
+        let h = Home::from_env(
+            Some("rel/./h".into()),
+            Some("/nonexistent-home".into()),
+            Path::new("/base"),
+        )
+        .unwrap();
         assert_eq!(h.root(), Path::new("/base/rel/h"));
         let h = Home::from_env(None, Some("/nonexistent-home".into()), Path::new("/base")).unwrap();
         assert_eq!(h.root(), Path::new("/nonexistent-home/.marsh"));
-        assert_eq!(h.socket_path(), Path::new("/nonexistent-home/.marsh/daemon/marshd.sock"));
-        assert_eq!(h.fail_marker("run"), Path::new("/nonexistent-home/.marsh/.shim/fail/run"));
+        assert_eq!(
+            h.socket_path(),
+            Path::new("/nonexistent-home/.marsh/daemon/marshd.sock")
+        );
+        assert_eq!(
+            h.fail_marker("run"),
+            Path::new("/nonexistent-home/.marsh/.shim/fail/run")
+        );
     }
 
     #[test]

@@ -26,22 +26,36 @@ struct Line {
 /// Appends one line (a single `write` on an `O_APPEND` descriptor, so concurrent
 /// invocations never interleave within a line). Does nothing when the home is absent:
 /// logging never creates a home. Non-UTF-8 text is recorded lossily.
-pub fn record(home: &Home, argv: &[OsString], cwd: &Path, env: &[(OsString, OsString)]) -> Result<()> {
+pub fn record(
+    home: &Home,
+    argv: &[OsString],
+    cwd: &Path,
+    env: &[(OsString, OsString)],
+) -> Result<()> {
     if !home.exists() {
         return Ok(());
     }
     util::ensure_private_dir(&home.shim_dir())?;
     let line = Line {
-        argv: argv.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+        argv: argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
         cwd: cwd.to_string_lossy().into_owned(),
         env: env
             .iter()
-            .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
+            .map(|(k, v)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    v.to_string_lossy().into_owned(),
+                )
+            })
             .collect(),
         pid: std::process::id(),
         ts_ms: util::now_ms(),
     };
-    let mut bytes = serde_json::to_vec(&line).map_err(|e| crate::error::Error::Protocol(e.to_string()))?;
+    let mut bytes =
+        serde_json::to_vec(&line).map_err(|e| crate::error::Error::Protocol(e.to_string()))?;
     bytes.push(b'\n');
     let path = home.invocations_path();
     OpenOptions::new()
@@ -68,10 +82,19 @@ mod tests {
 
         let home = Home::at(dir.path());
         let env = vec![(OsString::from("A"), OsString::from("1"))];
-        record(&home, &["marsh".into(), "status".into()], Path::new("/w"), &env).unwrap();
+        record(
+            &home,
+            &["marsh".into(), "status".into()],
+            Path::new("/w"),
+            &env,
+        )
+        .unwrap();
         record(&home, &["marsh".into()], Path::new("/w"), &env).unwrap();
         let text = std::fs::read_to_string(home.invocations_path()).unwrap();
-        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
         assert_eq!(lines.len(), 2);
         assert_eq!(lines[0]["argv"][1], "status");
         assert_eq!(lines[0]["env"]["A"], "1");

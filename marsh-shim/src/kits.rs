@@ -74,7 +74,9 @@ pub fn load(home: &Home, name: &str) -> Result<Kit> {
         _ => return Err(Error::failed(format!("kit {name} has an empty command"))),
     }
     if kit.command.iter().any(|a| a.contains('\0')) {
-        return Err(Error::failed(format!("kit {name} has a NUL in its command")));
+        return Err(Error::failed(format!(
+            "kit {name} has a NUL in its command"
+        )));
     }
     Ok(kit)
 }
@@ -105,6 +107,14 @@ impl Selection {
             }
         }
         Ok(Selection::Names(names))
+    }
+
+    /// The selection as written on the command line (and sent to the daemon).
+    pub fn to_text(&self) -> String {
+        match self {
+            Selection::All => "all".into(),
+            Selection::Names(names) => names.join(","),
+        }
     }
 
     /// The selected names among `registered`; an unregistered name is an error.
@@ -154,12 +164,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let home = Home::at(dir.path());
         fs::create_dir(home.kits_dir()).unwrap();
-        fs::write(home.kits_dir().join("echo.json"), r#"{"command":["echo","hi"]}"#).unwrap();
+        fs::write(
+            home.kits_dir().join("echo.json"),
+            r#"{"command":["echo","hi"]}"#,
+        )
+        .unwrap();
         fs::write(home.kits_dir().join("Bad.json"), "{}").unwrap();
         fs::write(home.kits_dir().join("empty.json"), r#"{"command":[]}"#).unwrap();
-        assert_eq!(registered(&home).unwrap(), vec!["echo".to_string(), "empty".to_string()]);
+        assert_eq!(
+            registered(&home).unwrap(),
+            vec!["echo".to_string(), "empty".to_string()]
+        );
         assert_eq!(load(&home, "echo").unwrap().command, vec!["echo", "hi"]);
         assert!(load(&home, "empty").is_err());
-        assert_eq!(load(&home, "nope").unwrap_err().to_string(), "unknown kit nope");
+        assert_eq!(
+            load(&home, "nope").unwrap_err().to_string(),
+            "unknown kit nope"
+        );
     }
 }

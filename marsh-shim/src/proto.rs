@@ -130,7 +130,11 @@ impl Reply {
 
     /// Turns an error reply back into the error it reports.
     pub fn into_error(busy: bool, message: String) -> Error {
-        if busy { Error::Busy(message) } else { Error::Failed(message) }
+        if busy {
+            Error::Busy(message)
+        } else {
+            Error::Failed(message)
+        }
     }
 }
 
@@ -253,7 +257,8 @@ pub fn recv<T: DeserializeOwned>(sock: &SeqPacket) -> Result<Option<(T, Vec<Owne
     match sock.recv()? {
         None => Ok(None),
         Some(msg) => {
-            let value = serde_json::from_slice(&msg.data).map_err(|e| Error::Protocol(e.to_string()))?;
+            let value =
+                serde_json::from_slice(&msg.data).map_err(|e| Error::Protocol(e.to_string()))?;
             Ok(Some((value, msg.fds)))
         }
     }

@@ -82,9 +82,14 @@ pub fn list(dir: &Path) -> Result<Vec<Receipt>> {
 /// The one receipt whose id starts with `sel`.
 pub fn find(dir: &Path, sel: &str) -> Result<Receipt> {
     if !valid_selector(sel) {
-        return Err(Error::Usage(format!("invalid result selector {sel:?}: expected [0-9a-f-]{{1,64}}")));
+        return Err(Error::Usage(format!(
+            "invalid result selector {sel:?}: expected [0-9a-f-]{{1,64}}"
+        )));
     }
-    let matching: Vec<String> = ids(dir)?.into_iter().filter(|id| id.starts_with(sel)).collect();
+    let matching: Vec<String> = ids(dir)?
+        .into_iter()
+        .filter(|id| id.starts_with(sel))
+        .collect();
     match matching.as_slice() {
         [] => Err(Error::failed(format!("no result matches {sel}"))),
         [id] => read(dir, id).ok_or_else(|| Error::failed(format!("result {id} is unreadable"))),
@@ -123,7 +128,10 @@ mod tests {
         fs::write(dir.path().join("abc.json"), "not json").unwrap();
         let all = list(dir.path()).unwrap();
         assert_eq!(all.len(), LIST_LIMIT);
-        assert!(all.windows(2).all(|w| w[0].finished_at_ms >= w[1].finished_at_ms));
+        assert!(
+            all.windows(2)
+                .all(|w| w[0].finished_at_ms >= w[1].finished_at_ms)
+        );
         assert_eq!(all[0].finished_at_ms, 10 + LIST_LIMIT as u64 + 4);
     }
 
@@ -137,7 +145,10 @@ mod tests {
             find(dir.path(), "aa").unwrap_err().to_string(),
             "result selector aa is ambiguous"
         );
-        assert_eq!(find(dir.path(), "b").unwrap_err().to_string(), "no result matches b");
+        assert_eq!(
+            find(dir.path(), "b").unwrap_err().to_string(),
+            "no result matches b"
+        );
         assert_eq!(find(dir.path(), "X").unwrap_err().exit_code(), 2);
     }
 }

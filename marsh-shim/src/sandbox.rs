@@ -1,8 +1,9 @@
 //! Isolation: which confinement is in force, the bubblewrap layout shared by the
 //! project shell and kit job containers, and the fixed job environment.
 //!
-//! Layout invariant: inside a sandbox only the workspace is writable; the system
-//! directories are read-only; `/tmp`, `/run` and the job's home are private tmpfs;
+//! Layout invariant: inside a sandbox the workspace is the only writable host
+//! directory; the system directories and the sandbox root are read-only; `/tmp`,
+//! `/run` and the job's home are private tmpfs;
 //! nothing else of the host (in particular no marsh home, scope root, token or daemon
 //! socket) is mounted.
 
@@ -21,7 +22,9 @@ pub const SANDBOX_KIT_SOCKET: &str = "/run/marsh/kit.sock";
 pub const SANDBOX_KIT_DIR: &str = "/run/marsh/kits";
 
 /// Host directories bound read-only (or recreated as symlinks) when present.
-const SYSTEM_PATHS: [&str; 8] = ["/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+const SYSTEM_PATHS: [&str; 8] = [
+    "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+];
 /// A job home must not shadow these.
 const RESERVED_PREFIXES: [&str; 11] = [
     "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/dev", "/sys",
@@ -82,7 +85,12 @@ pub struct Layout<'a> {
 /// A bubblewrap command for `layout` running `argv` with exactly `env`. The sandbox
 /// dies with the thread that spawns it (`--die-with-parent`), so spawn it from a
 /// thread that outlives it.
-pub fn bwrap_command(bwrap: &Path, layout: &Layout<'_>, env: &[(OsString, OsString)], argv: &[OsString]) -> Command {
+pub fn bwrap_command(
+    bwrap: &Path,
+    layout: &Layout<'_>,
+    env: &[(OsString, OsString)],
+    argv: &[OsString],
+) -> Command {
     let mut cmd = Command::new(bwrap);
     cmd.args(bwrap_args(layout, env, argv))
         .env_clear()
@@ -90,7 +98,11 @@ pub fn bwrap_command(bwrap: &Path, layout: &Layout<'_>, env: &[(OsString, OsStri
     cmd
 }
 
-fn bwrap_args(layout: &Layout<'_>, env: &[(OsString, OsString)], argv: &[OsString]) -> Vec<OsString> {
+fn bwrap_args(
+    layout: &Layout<'_>,
+    env: &[(OsString, OsString)],
+    argv: &[OsString],
+) -> Vec<OsString> {
     let mut args: Vec<OsString> = Vec::new();
     let mut push = |items: &[&OsStr]| args.extend(items.iter().map(|s| s.to_os_string()));
     push(&[
@@ -112,7 +124,9 @@ fn bwrap_args(layout: &Layout<'_>, env: &[(OsString, OsString)], argv: &[OsStrin
                     push(&["--symlink".as_ref(), target.as_os_str(), path.as_ref()]);
                 }
             }
-            Ok(meta) if meta.is_dir() => push(&["--ro-bind".as_ref(), path.as_ref(), path.as_ref()]),
+            Ok(meta) if meta.is_dir() => {
+                push(&["--ro-bind".as_ref(), path.as_ref(), path.as_ref()])
+            }
             _ => {}
         }
     }
@@ -134,6 +148,8 @@ fn bwrap_args(layout: &Layout<'_>, env: &[(OsString, OsString)], argv: &[OsStrin
     for (src, dst) in &layout.ro_files {
         push(&["--ro-bind".as_ref(), src.as_os_str(), dst.as_ref()]);
     }
+    // The sandbox's own root (holding only mount points) is read-only too.
+    push(&["--remount-ro".as_ref(), "/".as_ref()]);
     push(&["--chdir".as_ref(), ws, "--clearenv".as_ref()]);
     for (name, value) in env {
         push(&["--setenv".as_ref(), name, value]);
@@ -147,7 +163,9 @@ fn bwrap_args(layout: &Layout<'_>, env: &[(OsString, OsString)], argv: &[OsStrin
 /// not shadow a system directory.
 pub fn home_is_mountable(home: &Path) -> bool {
     home.is_absolute()
-        && home.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+        && home
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
         && home != Path::new("/")
         && !RESERVED_PREFIXES.iter().any(|p| home.starts_with(p))
 }
@@ -195,7 +213,9 @@ fn caller_value(caller: &[EnvVar], name: &str) -> Option<Vec<u8>> {
 
 /// `HOME` of a job environment, if any.
 pub fn env_home(env: &[(OsString, OsString)]) -> Option<PathBuf> {
-    env.iter().find(|(k, _)| k == "HOME").map(|(_, v)| PathBuf::from(v))
+    env.iter()
+        .find(|(k, _)| k == "HOME")
+        .map(|(_, v)| PathBuf::from(v))
 }
 
 #[cfg(test)]
@@ -215,10 +235,16 @@ mod tests {
     fn job_env_is_fixed() {
         let caller = vec![var("PATH", "/a:/b"), var("HOME", "/h"), var("SECRET", "x")];
         let env = job_env(&caller, Path::new("/run/marsh/kits"));
-        let names: Vec<_> = env.iter().map(|(k, _)| k.to_string_lossy().into_owned()).collect();
+        let names: Vec<_> = env
+            .iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
         assert_eq!(names, ["PATH", "HOME", "LANG", "TERM"]);
         assert_eq!(env[0].1, "/run/marsh/kits:/a:/b");
-        let kit = kit_env(&[var("PATH", "/run/marsh/kits:/a")], Path::new("/run/marsh/kits"));
+        let kit = kit_env(
+            &[var("PATH", "/run/marsh/kits:/a")],
+            Path::new("/run/marsh/kits"),
+        );
         assert_eq!(kit[0].1, "/a");
     }
 
@@ -241,10 +267,20 @@ mod tests {
             ro_files: vec![],
         };
         let args = bwrap_args(&layout, &[], &["true".into()]);
-        let text: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
-        let binds: Vec<_> = text.windows(2).filter(|w| w[0] == "--bind").map(|w| w[1].clone()).collect();
+        let text: Vec<String> = args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let binds: Vec<_> = text
+            .windows(2)
+            .filter(|w| w[0] == "--bind")
+            .map(|w| w[1].clone())
+            .collect();
         assert_eq!(binds, ["/w"]);
-        assert!(text.windows(2).any(|w| w[0] == "--tmpfs" && w[1] == "/root"));
+        assert!(
+            text.windows(2)
+                .any(|w| w[0] == "--tmpfs" && w[1] == "/root")
+        );
         assert_eq!(text.last().map(String::as_str), Some("true"));
     }
 
@@ -252,6 +288,9 @@ mod tests {
     fn missing_bwrap_refuses_unless_unconfined() {
         let none = Some(OsStr::new("/nonexistent/bwrap"));
         assert!(Isolation::detect(none, None).is_err());
-        assert_eq!(Isolation::detect(none, Some(OsStr::new("1"))).unwrap(), Isolation::Unconfined);
+        assert_eq!(
+            Isolation::detect(none, Some(OsStr::new("1"))).unwrap(),
+            Isolation::Unconfined
+        );
     }
 }

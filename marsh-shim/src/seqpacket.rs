@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::socket::{
-    self, AddressFamily, Backlog, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType,
-    UnixAddr, sockopt,
+    self, AddressFamily, Backlog, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag,
+    SockType, UnixAddr, sockopt,
 };
 use nix::sys::time::TimeVal;
 
@@ -78,7 +78,10 @@ impl SeqPacket {
     /// Sends one record with `fds` attached.
     pub fn send(&self, payload: &[u8], fds: &[BorrowedFd<'_>]) -> Result<()> {
         if payload.is_empty() || payload.len() > MAX_MESSAGE {
-            return Err(Error::Protocol(format!("record of {} bytes", payload.len())));
+            return Err(Error::Protocol(format!(
+                "record of {} bytes",
+                payload.len()
+            )));
         }
         let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
         let rights = [ControlMessage::ScmRights(&raw)];
@@ -115,7 +118,9 @@ impl SeqPacket {
             let msg = match received {
                 Ok(msg) => msg,
                 Err(Errno::EINTR) => continue,
-                Err(Errno::EAGAIN) => return Err(Error::Protocol("timed out waiting for the peer".into())),
+                Err(Errno::EAGAIN) => {
+                    return Err(Error::Protocol("timed out waiting for the peer".into()));
+                }
                 Err(Errno::ECONNRESET) => return Ok(None),
                 Err(e) => return Err(Error::sys("receiving", e)),
             };
@@ -166,6 +171,12 @@ impl SeqPacket {
         let _ = socket::shutdown(self.fd.as_raw_fd(), socket::Shutdown::Both);
     }
 
+    /// Shuts the receiving direction down: a thread blocked in `recv` on this socket
+    /// wakes with end of stream, while sending still works.
+    pub fn shutdown_read(&self) {
+        let _ = socket::shutdown(self.fd.as_raw_fd(), socket::Shutdown::Read);
+    }
+
     /// Records up to `MAX_MESSAGE` must fit in the send buffer of a seqpacket socket.
     fn grow_send_buffer(&self) {
         // Best effort: the kernel clamps to wmem_max, which still fits realistic records.
@@ -212,8 +223,13 @@ impl Listener {
 }
 
 fn new_socket() -> Result<OwnedFd> {
-    socket::socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)
-        .context(|| "creating a socket".to_string())
+    socket::socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .context(|| "creating a socket".to_string())
 }
 
 /// Calls `f` with an address that reaches `path`: the path itself when it fits in
@@ -294,6 +310,24 @@ mod tests {
         client.send(b"x", &[]).unwrap();
         assert_eq!(server.recv().unwrap().unwrap().data, b"x");
         assert_eq!(server.peer_uid().unwrap(), crate::util::euid());
+    }
+
+    #[test]
+    fn shutdown_read_wakes_a_reader_but_keeps_sending() {
+        let (a, b) = SeqPacket::pair().unwrap();
+        let a = std::sync::Arc::new(a);
+        let reader = {
+            let a = std::sync::Arc::clone(&a);
+            std::thread::spawn(move || a.recv().unwrap().is_none())
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        a.shutdown_read();
+        assert!(
+            reader.join().unwrap(),
+            "the blocked reader sees end of stream"
+        );
+        a.send(b"reply", &[]).unwrap();
+        assert_eq!(b.recv().unwrap().unwrap().data, b"reply");
     }
 
     #[test]

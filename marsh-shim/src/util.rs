@@ -9,6 +9,20 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::error::{Context, Error, Result};
 
+/// Writes one line to stderr, ignoring failure: diagnostics must never abort the
+/// process (`eprintln!` panics when stderr is gone).
+pub fn write_stderr(args: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr().lock(), "{args}");
+}
+
+/// `log!("...", args)`: one diagnostic line on stderr (the daemon log for `marshd`).
+macro_rules! log {
+    ($($arg:tt)*) => {
+        $crate::util::write_stderr(format_args!($($arg)*))
+    };
+}
+pub(crate) use log;
+
 /// Milliseconds since the Unix epoch (0 if the clock is before it).
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -88,6 +102,16 @@ pub fn process_alive(pid: u32) -> bool {
         },
         Err(_) => false,
     }
+}
+
+/// Blocks until the child `pid` has exited, without reaping it: the zombie keeps its
+/// pid and process group id reserved until the caller reaps it, so signalling the
+/// group in between can never hit a recycled id.
+pub fn wait_exit_unreaped(pid: nix::unistd::Pid) {
+    use nix::sys::wait::{Id, WaitPidFlag, waitid};
+    while let Err(nix::errno::Errno::EINTR) =
+        waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT)
+    {}
 }
 
 /// Creates `path` as an owner-only directory if missing, and verifies that it is a

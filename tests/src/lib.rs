@@ -1,1 +1,388 @@
-//! tmp
+//! Black-box harness: installs the built binaries into a private prefix, creates an
+//! isolated workspace and state directory per test, spawns `marsh-mcp`, and speaks
+//! MCP (newline-delimited JSON-RPC) to it. Everything a test starts is killed by pid
+//! when the test's values drop; nothing touches the real `$HOME`.
+// A harness failure is a test failure: panicking with a message is the intended way out.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+pub const PROTOCOL_VERSION: &str = "2025-06-18";
+const REPLY_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// `target/debug` (or whichever profile built this test).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("deps dir");
+    deps.parent().expect("profile dir").to_path_buf()
+}
+
+pub fn built(name: &str) -> PathBuf {
+    let path = target_dir().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the workspace binaries first (`cargo build --workspace --bins`, done by `make test`)",
+        path.display()
+    );
+    path
+}
+
+/// A private install prefix: copies of marsh-mcp, marsh, marshd and sbx, 0755, in a
+/// root-or-euid-owned directory chain (the pinning rules refuse target/ paths only
+/// when they sit inside the workspace, but a copy keeps replacement tests local).
+pub struct Prefix {
+    dir: tempfile::TempDir,
+}
+
+impl Prefix {
+    pub fn install() -> Self {
+        let dir = tempfile::Builder::new().prefix("marsh-prefix-").tempdir().expect("prefix");
+        fs::create_dir(dir.path().join("bin")).expect("bin");
+        for name in ["marsh-mcp", "marsh", "marshd", "sbx"] {
+            let dst = dir.path().join("bin").join(name);
+            fs::copy(built(name), &dst).expect("copy binary");
+            fs::set_permissions(&dst, fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        Self { dir }
+    }
+
+    pub fn bin(&self, name: &str) -> PathBuf {
+        fs::canonicalize(self.dir.path()).expect("canonical prefix").join("bin").join(name)
+    }
+}
+
+/// One test's world: prefix, workspace, and a state directory for homes, roots and
+/// the fake user home.
+pub struct Sandbox {
+    pub prefix: Prefix,
+    workspace: tempfile::TempDir,
+    state: tempfile::TempDir,
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sandbox {
+    pub fn new() -> Self {
+        let prefix = Prefix::install();
+        let workspace = tempfile::Builder::new().prefix("marsh-ws-").tempdir().expect("workspace");
+        let state = tempfile::Builder::new().prefix("marsh-state-").tempdir().expect("state");
+        fs::create_dir(state.path().join("user")).expect("user home");
+        Self { prefix, workspace, state }
+    }
+
+    pub fn workspace(&self) -> PathBuf {
+        fs::canonicalize(self.workspace.path()).expect("canonical workspace")
+    }
+
+    pub fn state(&self) -> PathBuf {
+        fs::canonicalize(self.state.path()).expect("canonical state")
+    }
+
+    /// The legacy home used by [`Sandbox::serve_home`].
+    pub fn home(&self) -> PathBuf {
+        self.state().join("home")
+    }
+
+    pub fn root(&self) -> PathBuf {
+        self.state().join("root")
+    }
+
+    /// `serve --workspace W --home H --sbx S` (plus `extra`).
+    pub fn serve_home_args(&self, extra: &[&str]) -> Vec<String> {
+        let mut args = vec![
+            "serve".to_string(),
+            "--workspace".into(),
+            self.workspace().display().to_string(),
+            "--home".into(),
+            self.home().display().to_string(),
+            "--sbx".into(),
+            self.prefix.bin("sbx").display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+
+    pub fn serve_root_args(&self, extra: &[&str]) -> Vec<String> {
+        let mut args = vec![
+            "serve".to_string(),
+            "--workspace".into(),
+            self.workspace().display().to_string(),
+            "--scope-root".into(),
+            self.root().display().to_string(),
+            "--sbx".into(),
+            self.prefix.bin("sbx").display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+
+    /// A `marsh-mcp` command with a cleared environment pointing at the fake user home.
+    pub fn marsh_mcp(&self, args: &[String], env: &[(&str, &str)]) -> Command {
+        let mut cmd = Command::new(self.prefix.bin("marsh-mcp"));
+        cmd.args(args)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", self.state().join("user"))
+            .env("MARSH_SHIM_IDLE_SECS", "120")
+            .current_dir(self.workspace());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    /// Runs a `marsh-mcp` invocation expected to refuse startup; returns its exit code
+    /// and stderr. Stdin is closed, so a server that wrongly starts exits at EOF.
+    pub fn startup(&self, args: &[String], env: &[(&str, &str)]) -> (Option<i32>, String) {
+        let out = self
+            .marsh_mcp(args, env)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run marsh-mcp");
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+
+    /// Every line of the stand-in's invocation log in `home`.
+    pub fn invocations(&self, home: &Path) -> Vec<Value> {
+        let Ok(text) = fs::read_to_string(home.join(".shim/invocations.jsonl")) else {
+            return Vec::new();
+        };
+        text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+    }
+
+    fn daemon_pids(&self) -> Vec<i32> {
+        let mut pids = Vec::new();
+        let mut stack = vec![self.state()];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = fs::read_dir(&dir) else { continue };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let Ok(ft) = entry.file_type() else { continue };
+                if ft.is_dir() && !ft.is_symlink() {
+                    stack.push(path);
+                } else if path.ends_with("daemon/pid") {
+                    if let Some(pid) = fs::read_to_string(&path).ok().and_then(|s| s.trim().parse().ok()) {
+                        pids.push(pid);
+                    }
+                }
+            }
+        }
+        pids
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        for pid in self.daemon_pids() {
+            if pid > 1 {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+/// A running `marsh-mcp` speaking MCP on its stdio.
+pub struct Server {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    replies: Receiver<Value>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    next_id: u64,
+}
+
+impl Server {
+    pub fn spawn(mut cmd: Command) -> Self {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn marsh-mcp");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().expect("stdout");
+        let mut stderr_pipe = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                let value: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("stdout carried a non-JSON line ({e}): {line:?}"));
+                if tx.send(value).is_err() {
+                    return;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = stderr_pipe.read(&mut buf) {
+                if n == 0 {
+                    return;
+                }
+                sink.lock().expect("stderr sink").extend_from_slice(&buf[..n]);
+            }
+        });
+        Self {
+            child,
+            stdin,
+            replies: rx,
+            stderr,
+            next_id: 1,
+        }
+    }
+
+    /// Spawns and completes the `initialize` handshake.
+    pub fn start(sandbox: &Sandbox, args: &[String], env: &[(&str, &str)]) -> Self {
+        let mut server = Self::spawn(sandbox.marsh_mcp(args, env));
+        let init = server.initialize();
+        assert!(init.get("result").is_some(), "initialize failed: {init}; stderr: {}", server.stderr());
+        server
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().expect("stderr")).into_owned()
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(bytes).expect("write frame");
+        stdin.flush().expect("flush");
+    }
+
+    pub fn send(&mut self, message: &Value) {
+        let mut line = serde_json::to_vec(message).expect("encode");
+        line.push(b'\n');
+        self.send_raw(&line);
+    }
+
+    pub fn notify(&mut self, method: &str, params: Value) {
+        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    /// The next message from the server, whatever it is.
+    pub fn recv(&self, timeout: Duration) -> Option<Value> {
+        match self.replies.recv_timeout(timeout) {
+            Ok(v) => Some(v),
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
+        }
+    }
+
+    /// Sends a request and returns the reply with the same id (skipping notifications).
+    pub fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        self.reply_to(id)
+    }
+
+    pub fn reply_to(&self, id: u64) -> Value {
+        let deadline = Instant::now() + REPLY_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let msg = self
+                .recv(left)
+                .unwrap_or_else(|| panic!("no reply to request {id}; stderr: {}", self.stderr()));
+            if msg.get("id") == Some(&json!(id)) {
+                return msg;
+            }
+        }
+    }
+
+    pub fn next_request_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    pub fn initialize(&mut self) -> Value {
+        let reply = self.request(
+            "initialize",
+            json!({"protocolVersion": PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "marsh-tests", "version": "0"}}),
+        );
+        self.notify("notifications/initialized", json!({}));
+        reply
+    }
+
+    /// Calls a tool and returns its `structuredContent` envelope.
+    pub fn call(&mut self, name: &str, arguments: Value) -> Value {
+        let reply = self.request("tools/call", json!({"name": name, "arguments": arguments}));
+        let result = reply
+            .get("result")
+            .unwrap_or_else(|| panic!("tools/call {name} failed at protocol level: {reply}"));
+        let envelope = result["structuredContent"].clone();
+        assert_eq!(
+            result.get("isError").and_then(Value::as_bool).unwrap_or(false),
+            envelope["ok"] == json!(false),
+            "isError must mirror ok: {result}"
+        );
+        envelope
+    }
+
+    /// Calls a tool expecting success and returns `data`.
+    pub fn ok(&mut self, name: &str, arguments: Value) -> Value {
+        let envelope = self.call(name, arguments);
+        assert_eq!(envelope["ok"], json!(true), "{name} failed: {envelope}");
+        envelope["data"].clone()
+    }
+
+    /// Calls a tool expecting failure and returns `error.kind`.
+    pub fn err_kind(&mut self, name: &str, arguments: Value) -> String {
+        let envelope = self.call(name, arguments);
+        assert_eq!(envelope["ok"], json!(false), "{name} unexpectedly succeeded: {envelope}");
+        envelope["error"]["kind"].as_str().expect("kind").to_string()
+    }
+
+    /// Closes stdin and waits (bounded) for a clean exit.
+    pub fn close(mut self) -> ExitStatus {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "marsh-mcp did not exit after stdin EOF");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `operation_get` until the operation ends.
+pub fn wait_op(server: &mut Server, id: &str) -> Value {
+    for _ in 0..40 {
+        let data = server.ok("operation_get", json!({"operation_id": id, "wait_ms": 5000}));
+        if data["wait_result"] == "ended" {
+            return data;
+        }
+    }
+    panic!("operation {id} did not end");
+}
+
+pub fn decode_b64(s: &str) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.decode(s).expect("base64")
+}

@@ -10,6 +10,7 @@ use std::path::Path;
 use crate::proto::{self, Bytes, EnvVar, KitReply, KitRequest};
 use crate::sandbox::CALLER_VARS;
 use crate::seqpacket::SeqPacket;
+use crate::util::log;
 
 /// Runs one kit through the agent at `socket`; returns the process exit code.
 pub fn run(socket: &Path, kit: &str, args: &[OsString]) -> i32 {
@@ -20,18 +21,19 @@ pub fn run(socket: &Path, kit: &str, args: &[OsString]) -> i32 {
             (None, None) => 1,
         },
         Ok(KitReply::Failed { code, message }) => {
-            eprintln!("{kit}: {message}");
+            log!("{kit}: {message}");
             code
         }
         Err(message) => {
-            eprintln!("{kit}: {message}");
+            log!("{kit}: {message}");
             1
         }
     }
 }
 
 fn request(socket: &Path, kit: &str, args: &[OsString]) -> Result<KitReply, String> {
-    let conn = SeqPacket::connect(socket).map_err(|e| format!("cannot reach the kit service: {e}"))?;
+    let conn =
+        SeqPacket::connect(socket).map_err(|e| format!("cannot reach the kit service: {e}"))?;
     let env = CALLER_VARS
         .iter()
         .filter_map(|name| {
@@ -48,8 +50,12 @@ fn request(socket: &Path, kit: &str, args: &[OsString]) -> Result<KitReply, Stri
     };
     // The Rust runtime guarantees fds 0-2 are open (it puts /dev/null on closed ones).
     let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
-    proto::send(&conn, &req, &[stdin.as_fd(), stdout.as_fd(), stderr.as_fd()])
-        .map_err(|e| format!("sending the kit request: {e}"))?;
+    proto::send(
+        &conn,
+        &req,
+        &[stdin.as_fd(), stdout.as_fd(), stderr.as_fd()],
+    )
+    .map_err(|e| format!("sending the kit request: {e}"))?;
     match proto::recv::<KitReply>(&conn) {
         Ok(Some((reply, _))) => Ok(reply),
         Ok(None) => Err("the project shell agent went away".into()),

@@ -12,7 +12,7 @@ use super::Agent;
 use crate::kits;
 use crate::proto::{self, FromAgent, KitReply, KitRequest};
 use crate::seqpacket::{Listener, SeqPacket};
-use crate::util::lock;
+use crate::util::{lock, log};
 
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -21,7 +21,7 @@ pub(super) fn serve(agent: &Arc<Agent>, listener: &Listener) {
         let conn = match listener.accept() {
             Ok(conn) => conn,
             Err(e) => {
-                eprintln!("marshd agent: kit socket: {e}");
+                log!("marshd agent: kit socket: {e}");
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             }
@@ -31,7 +31,7 @@ pub(super) fn serve(agent: &Arc<Agent>, listener: &Listener) {
             .name("kit-conn".into())
             .spawn(move || handle(&agent, conn))
         {
-            eprintln!("marshd agent: starting a kit connection thread: {e}");
+            log!("marshd agent: starting a kit connection thread: {e}");
         }
     }
 }
@@ -87,13 +87,15 @@ fn relay(agent: &Arc<Agent>, conn: &Arc<SeqPacket>) -> Option<KitReply> {
     let done = Arc::new(AtomicBool::new(false));
     let watcher = {
         let (agent, conn, done) = (Arc::clone(agent), Arc::clone(conn), Arc::clone(&done));
-        std::thread::Builder::new().name("kit-watch".into()).spawn(move || {
-            let _ = conn.set_recv_timeout(None);
-            let _ = conn.recv();
-            if !done.load(Ordering::SeqCst) {
-                agent.report(FromAgent::KitCancel { req });
-            }
-        })
+        std::thread::Builder::new()
+            .name("kit-watch".into())
+            .spawn(move || {
+                let _ = conn.set_recv_timeout(None);
+                let _ = conn.recv();
+                if !done.load(Ordering::SeqCst) {
+                    agent.report(FromAgent::KitCancel { req });
+                }
+            })
     };
     let reply = rx.recv().unwrap_or_else(|_| KitReply::Failed {
         code: 1,

@@ -7,8 +7,8 @@
 //! socket to the daemon. It holds no daemon credential: its only authority is the
 //! inherited channel, which can start jobs' kits and report exits, nothing more.
 
-mod kit_server;
 pub mod kit_client;
+mod kit_server;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -19,12 +19,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, mpsc};
 
-use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill};
-use nix::sys::wait::{Id, WaitPidFlag, waitid};
 use nix::unistd::Pid;
 
 use crate::error::{Context, Error, Result};
@@ -63,8 +61,6 @@ pub fn run(paths: AgentPaths) -> Result<()> {
     // Jobs run as the same uid; without the dumpable flag they cannot ptrace the agent
     // or open its descriptors through /proc.
     nix::sys::prctl::set_dumpable(false).context(|| "clearing the dumpable flag".to_string())?;
-    // Unconfined, nothing else ties the agent to the daemon's lifetime.
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).context(|| "setting the parent-death signal".to_string())?;
 
     let agent = Arc::new(Agent {
         chan,
@@ -96,9 +92,13 @@ pub fn run(paths: AgentPaths) -> Result<()> {
 
 /// Moves the channel off fd 0 (to a close-on-exec descriptor) and puts /dev/null there.
 fn take_channel() -> Result<SeqPacket> {
-    let chan = nix::unistd::dup(std::io::stdin().as_fd()).context(|| "duplicating the channel".to_string())?;
-    nix::fcntl::fcntl(&chan, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))
-        .context(|| "marking the channel close-on-exec".to_string())?;
+    let chan = nix::unistd::dup(std::io::stdin().as_fd())
+        .context(|| "duplicating the channel".to_string())?;
+    nix::fcntl::fcntl(
+        &chan,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    )
+    .context(|| "marking the channel close-on-exec".to_string())?;
     let null = fs::File::open("/dev/null").context(|| "opening /dev/null".to_string())?;
     nix::unistd::dup2_stdin(&null).context(|| "replacing fd 0".to_string())?;
     Ok(SeqPacket::from_fd(chan))
@@ -106,11 +106,17 @@ fn take_channel() -> Result<SeqPacket> {
 
 impl Agent {
     fn prepare_kit_socket(&self) -> Result<Listener> {
-        fs::create_dir_all(&self.paths.kit_dir).context(|| format!("creating {}", self.paths.kit_dir.display()))?;
+        fs::create_dir_all(&self.paths.kit_dir)
+            .context(|| format!("creating {}", self.paths.kit_dir.display()))?;
         match fs::remove_file(&self.paths.kit_socket) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(format!("removing {}", self.paths.kit_socket.display()), e)),
+            Err(e) => {
+                return Err(Error::io(
+                    format!("removing {}", self.paths.kit_socket.display()),
+                    e,
+                ));
+            }
         }
         Listener::bind(&self.paths.kit_socket)
     }
@@ -128,7 +134,9 @@ impl Agent {
                     self.sync_wrappers(&kits);
                     let mut fds = fds.into_iter();
                     match (fds.next(), fds.next()) {
-                        (Some(stdout), Some(stderr)) => self.start_job(job, &command, &cwd, &env, stdout, stderr),
+                        (Some(stdout), Some(stderr)) => {
+                            self.start_job(job, &command, &cwd, &env, stdout, stderr)
+                        }
                         _ => self.report(FromAgent::SpawnFailed {
                             job,
                             message: "job request without stdout and stderr".into(),
@@ -141,7 +149,9 @@ impl Agent {
                     exit_code,
                     signal,
                 } => self.finish_kit(req, KitReply::Done { exit_code, signal }),
-                ToAgent::KitFailed { req, code, message } => self.finish_kit(req, KitReply::Failed { code, message }),
+                ToAgent::KitFailed { req, code, message } => {
+                    self.finish_kit(req, KitReply::Failed { code, message })
+                }
             }
         }
         Ok(())
@@ -149,11 +159,19 @@ impl Agent {
 
     pub(crate) fn report(&self, msg: FromAgent) {
         if let Err(e) = proto::send(&self.chan, &msg, &[]) {
-            eprintln!("marshd agent: reporting to the daemon: {e}");
+            util::log!("marshd agent: reporting to the daemon: {e}");
         }
     }
 
-    fn start_job(self: &Arc<Self>, job: u64, command: &Bytes, cwd: &Bytes, env: &[EnvVar], stdout: OwnedFd, stderr: OwnedFd) {
+    fn start_job(
+        self: &Arc<Self>,
+        job: u64,
+        command: &Bytes,
+        cwd: &Bytes,
+        env: &[EnvVar],
+        stdout: OwnedFd,
+        stderr: OwnedFd,
+    ) {
         let env: Vec<(&OsStr, &OsStr)> = env
             .iter()
             .map(|v| (OsStr::from_bytes(&v.name.0), OsStr::from_bytes(&v.value.0)))
@@ -161,7 +179,8 @@ impl Agent {
         if let Some((_, home)) = env.iter().find(|(k, _)| *k == "HOME") {
             let home = Path::new(home);
             if home.is_absolute() && !home.exists() {
-                // Best effort: a later caller may bring a HOME the sandbox was not booted with.
+                // Best effort (the sandbox root is read-only): a later caller may bring
+                // a HOME the sandbox was not booted with; under /tmp it can be created.
                 let _ = fs::create_dir_all(home);
             }
         }
@@ -187,7 +206,13 @@ impl Agent {
             }
         };
         let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-        lock(&self.jobs).insert(job, JobSlot { pgid, exited: false });
+        lock(&self.jobs).insert(
+            job,
+            JobSlot {
+                pgid,
+                exited: false,
+            },
+        );
         let agent = Arc::clone(self);
         let waiter = std::thread::Builder::new()
             .name(format!("job-{job}"))
@@ -205,12 +230,7 @@ impl Agent {
 
     fn wait_job(&self, job: u64, mut child: Child) {
         let pid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-        loop {
-            match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
-                Err(Errno::EINTR) => continue,
-                _ => break,
-            }
-        }
+        util::wait_exit_unreaped(pid);
         if let Some(slot) = lock(&self.jobs).get_mut(&job) {
             slot.exited = true;
         }
@@ -222,7 +242,11 @@ impl Agent {
             Err(_) => (None, None),
         };
         lock(&self.jobs).remove(&job);
-        self.report(FromAgent::Exited { job, exit_code, signal });
+        self.report(FromAgent::Exited {
+            job,
+            exit_code,
+            signal,
+        });
     }
 
     fn cancel(&self, job: u64) {
@@ -261,7 +285,7 @@ impl Agent {
         }
         for kit in kits.iter().filter(|k| crate::kits::valid_name(k)) {
             if let Err(e) = self.write_wrapper(kit) {
-                eprintln!("marshd agent: writing the wrapper for kit {kit}: {e}");
+                util::log!("marshd agent: writing the wrapper for kit {kit}: {e}");
             }
         }
         *current = kits.to_vec();

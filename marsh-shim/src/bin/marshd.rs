@@ -1,1 +1,5 @@
-fn main() {}
+//! `marshd`: the stand-in per-home daemon, its in-sandbox agent and kit client.
+
+fn main() {
+    std::process::exit(marsh_shim::marshd_main(std::env::args_os().collect()));
+}

@@ -1,0 +1,59 @@
+# marsh-mcp: the two set-up commands are `make demo` and `make test`.
+CARGO     ?= cargo
+PREFIX    ?= $(HOME)/.marsh-dev
+DEMO_DIR  ?= /tmp/marsh-mcp-demo-$(shell id -u)
+PY_VENV   := target/py-venv
+MCP_PY    := mcp==2.3.0
+BINS      := marsh-mcp marsh marshd sbx
+
+.PHONY: all build build-debug install dev test lint unit demo bench py-client clean
+
+all: build
+
+## build: optimized binaries (marsh-mcp and the stand-ins marsh, marshd, sbx)
+build:
+	$(CARGO) build --release --workspace --bins
+
+build-debug:
+	$(CARGO) build --workspace --bins
+
+## install: copy the release binaries into $(PREFIX)/bin (owner-only writable)
+install: build
+	install -d -m 0755 $(PREFIX)/bin
+	for b in $(BINS); do install -m 0755 target/release/$$b $(PREFIX)/bin/$$b; done
+
+## dev: incremental build + install into ~/.marsh-dev
+dev: install
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## test: lint, unit tests and the black-box suites (they need the built binaries)
+test: lint build-debug py-client
+	$(CARGO) test --workspace --no-fail-fast
+
+$(PY_VENV)/bin/python:
+	python3 -m venv $(PY_VENV)
+	$(PY_VENV)/bin/pip install --quiet --disable-pip-version-check '$(MCP_PY)'
+
+py-client: $(PY_VENV)/bin/python
+
+## demo: build, install into a private prefix, run a real MCP client session
+demo: build-debug py-client
+	rm -rf $(DEMO_DIR)
+	install -d -m 0700 $(DEMO_DIR) $(DEMO_DIR)/workspace
+	install -d -m 0755 $(DEMO_DIR)/prefix $(DEMO_DIR)/prefix/bin
+	for b in $(BINS); do install -m 0755 target/debug/$$b $(DEMO_DIR)/prefix/bin/$$b; done
+	printf 'hello from the demo workspace\n' > $(DEMO_DIR)/workspace/README.txt
+	$(PY_VENV)/bin/python tests/clients/demo.py $(DEMO_DIR)/prefix/bin $(DEMO_DIR)/workspace $(DEMO_DIR)/home
+	@if [ -f $(DEMO_DIR)/home/daemon/pid ]; then kill $$(cat $(DEMO_DIR)/home/daemon/pid) 2>/dev/null || true; fi
+
+## bench: figures printed, not asserted
+bench:
+	$(CARGO) build --release --workspace --bins
+	$(CARGO) bench -p marsh-tests --bench serve
+
+clean:
+	$(CARGO) clean
+	rm -rf $(DEMO_DIR)

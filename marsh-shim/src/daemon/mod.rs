@@ -1,0 +1,256 @@
+//! `marshd`: the per-home daemon. It owns the home's one long-lived project shell
+//! (a bubblewrap sandbox running the agent), the kit workers' warm/cold state, and the
+//! owner-only socket `daemon/marshd.sock` through which `marsh` talks to it.
+//!
+//! Lifetime invariants:
+//! - one daemon per home: it holds an exclusive flock on `daemon/daemon.lock` until exit;
+//! - every sandbox dies with the daemon (`--die-with-parent`, and explicit kills on the
+//!   orderly paths: stop, idle, home gone);
+//! - the daemon exits when its home disappears or is replaced, or after the idle period.
+
+mod conn;
+mod kit_jobs;
+mod shell;
+mod state;
+
+use std::fs::{self, File};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use nix::sys::stat::Mode;
+
+use crate::error::{Context, Error, Result};
+use crate::home::Home;
+use crate::sandbox::Isolation;
+use crate::seqpacket::Listener;
+use crate::token;
+use crate::util::{self, ensure_private_dir, log};
+
+pub(crate) use shell::Shell;
+use state::State;
+
+const DEFAULT_IDLE_SECS: u64 = 900;
+const WATCH_INTERVAL: Duration = Duration::from_millis(500);
+const LOCK_ATTEMPTS: u32 = 50;
+
+/// Fixed at startup; never changes while the daemon lives.
+pub(crate) struct Config {
+    pub home: Home,
+    /// `(dev, ino)` of the home directory at startup.
+    home_id: (u64, u64),
+    /// The daemon directory, held open so cleanup only ever touches this directory
+    /// even if the home path is later replaced.
+    daemon_dir: OwnedFd,
+    pub workspace: PathBuf,
+    pub isolation: Isolation,
+    pub token: String,
+    pub idle: Duration,
+    pub self_exe: PathBuf,
+    /// `HOME` of the booting client: a private tmpfs in the project shell.
+    pub job_home: Option<PathBuf>,
+    pub pid: u32,
+}
+
+pub(crate) struct Daemon {
+    pub cfg: Config,
+    state: Mutex<State>,
+    changed: Condvar,
+    next_shell: AtomicU64,
+}
+
+/// Runs the daemon for `home`, bound to `workspace`, until it stops.
+pub(crate) fn serve(home: &Path, workspace: &Path) -> Result<()> {
+    // Detach from the booting client's session; failure means we already lead one.
+    let _ = nix::unistd::setsid();
+    nix::sys::stat::umask(Mode::from_bits_truncate(0o077));
+
+    let home = Home::at(home);
+    if !home.exists() {
+        return Err(Error::failed(format!(
+            "home {} does not exist",
+            home.root().display()
+        )));
+    }
+    ensure_private_dir(&home.daemon_dir())?;
+    let lock = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(home.daemon_lock_path())
+        .context(|| format!("opening {}", home.daemon_lock_path().display()))?;
+    // Clients probe this lock with a momentary shared lock; retry briefly so a probe
+    // never makes a boot fail. A daemon that owns the home keeps it for good.
+    let mut attempts = 0;
+    while lock.try_lock().is_err() {
+        attempts += 1;
+        if attempts >= LOCK_ATTEMPTS {
+            return Err(Error::failed("another daemon already owns this home"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    let cfg = configure(home, workspace)?;
+    ensure_private_dir(&cfg.home.results_dir())?;
+    let daemon = Arc::new(Daemon {
+        cfg,
+        state: Mutex::new(State::new()),
+        changed: Condvar::new(),
+        next_shell: AtomicU64::new(1),
+    });
+    daemon.boot_shell()?;
+
+    let socket = daemon.cfg.home.socket_path();
+    daemon.unlink_own("marshd.sock");
+    let listener = Listener::bind(&socket)?;
+    fs::set_permissions(&socket, fs::Permissions::from_mode(0o600))
+        .context(|| format!("restricting {}", socket.display()))?;
+    util::write_durable(
+        &daemon.cfg.home.daemon_dir(),
+        "pid",
+        format!("{}\n", daemon.cfg.pid).as_bytes(),
+    )?;
+    log!(
+        "marshd: pid {} serving {} for workspace {} ({})",
+        daemon.cfg.pid,
+        daemon.cfg.home.root().display(),
+        daemon.cfg.workspace.display(),
+        daemon.cfg.isolation.label()
+    );
+    {
+        let daemon = Arc::clone(&daemon);
+        std::thread::Builder::new()
+            .name("watchdog".into())
+            .spawn(move || daemon.watch())
+            .context(|| "starting the watchdog".to_string())?;
+    }
+    daemon.accept_loop(&listener);
+    drop(lock);
+    Ok(())
+}
+
+fn configure(home: Home, workspace: &Path) -> Result<Config> {
+    let meta =
+        fs::metadata(home.root()).context(|| format!("inspecting {}", home.root().display()))?;
+    let daemon_dir: OwnedFd = File::options()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(home.daemon_dir())
+        .context(|| format!("opening {}", home.daemon_dir().display()))?
+        .into();
+    let workspace = fs::canonicalize(workspace)
+        .context(|| format!("resolving workspace {}", workspace.display()))?;
+    if !workspace.is_dir() || workspace == Path::new("/") {
+        return Err(Error::failed(format!(
+            "{} cannot be a workspace",
+            workspace.display()
+        )));
+    }
+    // The workspace is bound writable into every sandbox: it must not expose the home.
+    if home.root().starts_with(&workspace) {
+        return Err(Error::failed(format!(
+            "home {} lies inside workspace {}; refusing to expose it to the sandbox",
+            home.root().display(),
+            workspace.display()
+        )));
+    }
+    let isolation = Isolation::detect(
+        std::env::var_os("MARSH_SHIM_BWRAP").as_deref(),
+        std::env::var_os("MARSH_SHIM_UNCONFINED").as_deref(),
+    )?;
+    let idle_secs = std::env::var("MARSH_SHIM_IDLE_SECS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(DEFAULT_IDLE_SECS);
+    let self_exe =
+        std::env::current_exe().context(|| "locating the marshd executable".to_string())?;
+    let token = token::mint(&home)?;
+    Ok(Config {
+        home_id: (meta.dev(), meta.ino()),
+        home,
+        daemon_dir,
+        workspace,
+        isolation,
+        token,
+        idle: Duration::from_secs(idle_secs),
+        self_exe,
+        job_home: std::env::var_os("HOME").map(PathBuf::from),
+        pid: std::process::id(),
+    })
+}
+
+impl Daemon {
+    fn accept_loop(self: &Arc<Self>, listener: &Listener) {
+        loop {
+            let conn = match listener.accept() {
+                Ok(conn) => conn,
+                Err(e) => {
+                    log!("marshd: {e}");
+                    std::thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            };
+            if !self.connection_opened() {
+                continue;
+            }
+            let daemon = Arc::clone(self);
+            let spawned = std::thread::Builder::new()
+                .name("conn".into())
+                .spawn(move || {
+                    conn::handle(&daemon, conn);
+                    daemon.connection_closed();
+                });
+            if let Err(e) = spawned {
+                log!("marshd: starting a connection thread: {e}");
+                self.connection_closed();
+            }
+        }
+    }
+
+    /// Polls for the two self-exit conditions: home gone or replaced, and idleness.
+    fn watch(self: &Arc<Self>) {
+        loop {
+            std::thread::sleep(WATCH_INTERVAL);
+            if !self.home_intact() {
+                self.shutdown("the home disappeared or was replaced");
+            }
+            if self.idle_expired() {
+                self.shutdown("idle timeout");
+            }
+        }
+    }
+
+    fn home_intact(&self) -> bool {
+        fs::metadata(self.cfg.home.root())
+            .map(|m| (m.dev(), m.ino()) == self.cfg.home_id)
+            .unwrap_or(false)
+    }
+
+    /// Stops everything and exits the process.
+    pub(crate) fn shutdown(self: &Arc<Self>, reason: &str) -> ! {
+        log!("marshd: shutting down: {reason}");
+        self.unlink_own("marshd.sock");
+        if let Some(shell) = self.begin_shutdown() {
+            shell.kill_and_wait();
+        }
+        self.kill_all_kit_jobs();
+        self.unlink_own("pid");
+        std::process::exit(0)
+    }
+
+    /// Removes `name` from this daemon's own `daemon/` directory (never from a
+    /// replacement home at the same path).
+    pub(crate) fn unlink_own(&self, name: &str) {
+        let _ = nix::unistd::unlinkat(
+            &self.cfg.daemon_dir,
+            name,
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+    }
+}

@@ -1,0 +1,340 @@
+//! The project shell: one long-lived sandbox running the agent, plus the supervisor
+//! thread that spawned it. The supervisor lives exactly as long as the sandbox, which
+//! matters because `--die-with-parent` (PR_SET_PDEATHSIG) fires when the spawning
+//! *thread* exits.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader};
+use std::os::fd::BorrowedFd;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use super::{Config, Daemon, kit_jobs};
+use crate::error::{Context, Error, Result};
+use crate::proto::{self, Bytes, EnvVar, FromAgent, ToAgent};
+use crate::sandbox::{self, Isolation, Layout, SANDBOX_AGENT, SANDBOX_KIT_DIR, SANDBOX_KIT_SOCKET};
+use crate::seqpacket::SeqPacket;
+use crate::util::{self, lock, log};
+
+/// How long a fresh sandbox may take to report ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long an agent whose channel closed may take to end its jobs and exit.
+const AGENT_GRACE: Duration = Duration::from_secs(2);
+/// How long a killed sandbox may take to be reaped.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How a shell job ended.
+pub(crate) enum JobOutcome {
+    Exited {
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+    },
+    SpawnFailed(String),
+    ShellLost,
+}
+
+pub(crate) struct Shell {
+    pub id: u64,
+    chan: SeqPacket,
+    /// The kit wrapper directory as jobs see it (first on their PATH).
+    pub kit_dir: PathBuf,
+    /// Jobs awaiting their outcome. Once `alive` is false (set under this lock) no
+    /// entry is added, and every remaining one is failed with `ShellLost`.
+    pending: Mutex<HashMap<u64, mpsc::Sender<JobOutcome>>>,
+    alive: AtomicBool,
+    next_job: AtomicU64,
+    gone: Mutex<bool>,
+    gone_cv: Condvar,
+}
+
+impl Shell {
+    /// Starts a sandbox and its supervisor; returns once the agent reports ready.
+    pub(crate) fn boot(daemon: &Arc<Daemon>) -> Result<Arc<Shell>> {
+        let id = daemon.next_shell.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel();
+        let supervisor = Arc::clone(daemon);
+        std::thread::Builder::new()
+            .name(format!("shell-{id}"))
+            .spawn(move || supervise(&supervisor, id, &tx))
+            .context(|| "starting the shell supervisor".to_string())?;
+        rx.recv()
+            .unwrap_or_else(|_| Err(Error::failed("the shell supervisor died during boot")))
+    }
+
+    pub(crate) fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+
+    /// Hands one job to the agent; the receiver yields its outcome exactly once.
+    pub(crate) fn start_job(
+        &self,
+        command: &Bytes,
+        cwd: &Bytes,
+        env: Vec<EnvVar>,
+        kits: Vec<String>,
+        stdout: BorrowedFd<'_>,
+        stderr: BorrowedFd<'_>,
+    ) -> Result<(u64, mpsc::Receiver<JobOutcome>)> {
+        let job = self.next_job.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel();
+        {
+            let mut pending = lock(&self.pending);
+            if !self.is_alive() {
+                return Err(Error::failed("the project shell is down"));
+            }
+            pending.insert(job, tx);
+        }
+        let msg = ToAgent::Run {
+            job,
+            command: command.clone(),
+            cwd: cwd.clone(),
+            env,
+            kits,
+        };
+        if let Err(e) = proto::send(&self.chan, &msg, &[stdout, stderr]) {
+            lock(&self.pending).remove(&job);
+            return Err(Error::failed(format!(
+                "handing the job to the project shell: {e}"
+            )));
+        }
+        Ok((job, rx))
+    }
+
+    pub(crate) fn cancel(&self, job: u64) {
+        let _ = proto::send(&self.chan, &ToAgent::Cancel { job }, &[]);
+    }
+
+    pub(crate) fn send(&self, msg: &ToAgent) {
+        if let Err(e) = proto::send(&self.chan, msg, &[]) {
+            log!("marshd: shell {}: {e}", self.id);
+        }
+    }
+
+    /// Ends the sandbox and every job in it, and waits (bounded) until the supervisor
+    /// has reaped it: closing the channel makes the agent kill its jobs' process groups
+    /// and exit; the supervisor SIGKILLs the sandbox if it lingers.
+    pub(crate) fn kill_and_wait(&self) {
+        self.chan.shutdown();
+        let gone = lock(&self.gone);
+        let _ = self
+            .gone_cv
+            .wait_timeout_while(gone, AGENT_GRACE + EXIT_TIMEOUT, |gone| !*gone);
+    }
+
+    fn complete(&self, job: u64, outcome: JobOutcome) {
+        if let Some(tx) = lock(&self.pending).remove(&job) {
+            let _ = tx.send(outcome);
+        }
+    }
+
+    /// Marks the shell dead and fails every job still waiting on it.
+    fn mark_dead(&self) {
+        let mut pending = lock(&self.pending);
+        self.alive.store(false, Ordering::SeqCst);
+        for (_, tx) in pending.drain() {
+            let _ = tx.send(JobOutcome::ShellLost);
+        }
+    }
+}
+
+/// The supervisor: spawn, await ready, relay agent messages until the channel
+/// closes, then reap. Sends exactly one boot result on `boot`.
+fn supervise(daemon: &Arc<Daemon>, id: u64, boot: &mpsc::Sender<Result<Arc<Shell>>>) {
+    let (mut child, chan, kit_dir) = match spawn_agent(&daemon.cfg) {
+        Ok(spawned) => spawned,
+        Err(e) => {
+            let _ = boot.send(Err(e));
+            return;
+        }
+    };
+    let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+    let shell = Arc::new(Shell {
+        id,
+        chan,
+        kit_dir,
+        pending: Mutex::new(HashMap::new()),
+        alive: AtomicBool::new(true),
+        next_job: AtomicU64::new(1),
+        gone: Mutex::new(false),
+        gone_cv: Condvar::new(),
+    });
+    let ready = await_ready(&shell.chan);
+    let booted = match ready {
+        Ok(()) => boot.send(Ok(Arc::clone(&shell))).is_ok(),
+        Err(e) => {
+            let _ = boot.send(Err(e));
+            false
+        }
+    };
+    if booted {
+        relay(daemon, &shell);
+    }
+    shell.mark_dead();
+    // The agent kills its jobs and exits once its channel closes; unconfined, that is
+    // the only way its jobs (each in its own process group) are reached. A sandbox
+    // that lingers past the grace period is killed.
+    shell.chan.shutdown();
+    if !exits_within(&mut child, AGENT_GRACE) {
+        let _ = kill(Pid::from_raw(-pgid.as_raw()), Signal::SIGKILL);
+    }
+    let _ = child.wait();
+    daemon.cancel_kit_jobs_of(id);
+    *lock(&shell.gone) = true;
+    shell.gone_cv.notify_all();
+    daemon.on_shell_exit(id);
+    if booted {
+        log!("marshd: project shell {id} exited");
+    }
+}
+
+/// True if `child` exits (it is then reaped) within `limit`.
+fn exits_within(child: &mut Child, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) | Err(_) => return true,
+            Ok(None) if Instant::now() >= deadline => return false,
+            Ok(None) => std::thread::sleep(pause),
+        }
+        pause = (pause * 2).min(Duration::from_millis(20));
+    }
+}
+
+fn await_ready(chan: &SeqPacket) -> Result<()> {
+    chan.set_recv_timeout(Some(READY_TIMEOUT))?;
+    let ready = match proto::recv::<FromAgent>(chan) {
+        Ok(Some((FromAgent::Ready { version }, _))) if version == env!("CARGO_PKG_VERSION") => {
+            Ok(())
+        }
+        Ok(Some((FromAgent::Ready { version }, _))) => Err(Error::failed(format!(
+            "the agent is version {version}, the daemon {}",
+            env!("CARGO_PKG_VERSION")
+        ))),
+        Ok(Some(_)) => Err(Error::failed("the agent spoke before it was ready")),
+        Ok(None) => Err(Error::failed(
+            "the project shell exited during boot (see daemon/marshd.log)",
+        )),
+        Err(e) => Err(Error::failed(format!(
+            "the project shell did not become ready: {e}"
+        ))),
+    };
+    chan.set_recv_timeout(None)?;
+    ready
+}
+
+/// Relays agent messages until the channel closes or the agent misbehaves.
+fn relay(daemon: &Arc<Daemon>, shell: &Arc<Shell>) {
+    loop {
+        let (msg, fds) = match proto::recv::<FromAgent>(&shell.chan) {
+            Ok(Some(got)) => got,
+            Ok(None) => return,
+            Err(e) => {
+                log!("marshd: shell {}: {e}", shell.id);
+                return;
+            }
+        };
+        match msg {
+            FromAgent::Ready { .. } => {}
+            FromAgent::Exited {
+                job,
+                exit_code,
+                signal,
+            } => shell.complete(job, JobOutcome::Exited { exit_code, signal }),
+            FromAgent::SpawnFailed { job, message } => {
+                shell.complete(job, JobOutcome::SpawnFailed(message))
+            }
+            FromAgent::KitRun {
+                req,
+                kit,
+                args,
+                env,
+            } => kit_jobs::start(daemon, shell, req, kit, args, env, fds),
+            FromAgent::KitCancel { req } => daemon.kit_job_cancel((shell.id, req)),
+        }
+    }
+}
+
+/// Spawns the agent (inside bubblewrap unless unconfined) with the channel on its
+/// fd 0, its stderr piped into the daemon log. Returns the child, the daemon's end of
+/// the channel and the kit wrapper directory as jobs see it.
+fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, PathBuf)> {
+    let (ours, theirs) = SeqPacket::pair()?;
+    let agent_env = [(OsString::from("PATH"), OsString::from("/usr/bin:/bin"))];
+    let (mut cmd, kit_dir) = match &cfg.isolation {
+        Isolation::Bwrap(bwrap) => {
+            let layout = Layout {
+                workspace: &cfg.workspace,
+                job_home: cfg.job_home.as_deref(),
+                hostname: "marsh-shell",
+                ro_files: vec![(cfg.self_exe.clone(), SANDBOX_AGENT)],
+            };
+            let argv: Vec<OsString> = [
+                SANDBOX_AGENT,
+                "agent",
+                "--kit-socket",
+                SANDBOX_KIT_SOCKET,
+                "--kit-dir",
+                SANDBOX_KIT_DIR,
+                "--self",
+                SANDBOX_AGENT,
+            ]
+            .iter()
+            .map(OsString::from)
+            .collect();
+            (
+                sandbox::bwrap_command(bwrap, &layout, &agent_env, &argv),
+                PathBuf::from(SANDBOX_KIT_DIR),
+            )
+        }
+        Isolation::Unconfined => {
+            let dir = cfg.home.unconfined_agent_dir();
+            // A previous shell's scratch is stale; it lives in our own daemon/ dir.
+            let _ = std::fs::remove_dir_all(&dir);
+            util::ensure_private_dir(&dir)?;
+            let kit_dir = dir.join("kits");
+            let mut cmd = Command::new(&cfg.self_exe);
+            cmd.arg("agent")
+                .arg("--kit-socket")
+                .arg(dir.join("kit.sock"))
+                .arg("--kit-dir")
+                .arg(&kit_dir)
+                .arg("--self")
+                .arg(&cfg.self_exe)
+                .env_clear()
+                .envs(agent_env.iter().cloned())
+                .current_dir(&cfg.workspace);
+            (cmd, kit_dir)
+        }
+    };
+    cmd.process_group(0)
+        .stdin(Stdio::from(theirs.into_fd()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let spawned = cmd.spawn();
+    // The Command still holds the agent's end of the channel: drop it now, so the
+    // agent is its only holder and its death reads as end of stream.
+    drop(cmd);
+    let mut child = spawned.context(|| "starting the project shell".to_string())?;
+    if let Some(stderr) = child.stderr.take() {
+        let _ = std::thread::Builder::new()
+            .name("shell-log".into())
+            .spawn(move || {
+                for line in BufReader::new(stderr).lines() {
+                    match line {
+                        Ok(line) => log!("shell: {line}"),
+                        Err(_) => break,
+                    }
+                }
+            });
+    }
+    Ok((child, ours, kit_dir))
+}

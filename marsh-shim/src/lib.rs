@@ -1,0 +1,25 @@
+//! Stand-ins for `marsh`, `marshd` and `sbx` (the contract is README.md beside this
+//! crate). The binaries in `src/bin/` only call the entry points re-exported here.
+
+mod agent;
+mod client;
+mod daemon;
+mod error;
+mod home;
+mod inject;
+mod invocation;
+mod kits;
+mod marshd;
+mod proto;
+mod receipt;
+mod sandbox;
+mod sbx;
+mod seqpacket;
+mod token;
+mod util;
+
+pub use client::main as marsh_main;
+pub use error::Error;
+pub use marshd::main as marshd_main;
+pub use receipt::Receipt;
+pub use sbx::main as sbx_main;

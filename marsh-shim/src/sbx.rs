@@ -1,0 +1,120 @@
+//! `sbx`: the stand-in for the stock sandbox CLI. `sbx version` and `sbx ls --json`
+//! (read from a JSON state file).
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use crate::error::{Error, Result};
+use crate::util::{self, log};
+
+const MAX_STATE_FILE: u64 = 4 << 20;
+
+/// Entry point of the `sbx` binary; returns the process exit code.
+pub fn main() -> i32 {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    let state = state_path(env("SBX_SHIM_STATE"), env("XDG_STATE_HOME"), env("HOME"));
+    match dispatch(&args, state) {
+        Ok(line) => match writeln!(std::io::stdout().lock(), "{line}") {
+            Ok(()) => 0,
+            Err(_) => 1,
+        },
+        Err(e) => {
+            log!("sbx: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+/// `${SBX_SHIM_STATE:-${XDG_STATE_HOME:-$HOME/.local/state}/sbx-shim/state.json}`.
+fn state_path(
+    explicit: Option<OsString>,
+    xdg: Option<OsString>,
+    home: Option<OsString>,
+) -> Option<PathBuf> {
+    if let Some(path) = explicit {
+        return Some(PathBuf::from(path));
+    }
+    let base = match xdg {
+        Some(xdg) => PathBuf::from(xdg),
+        None => PathBuf::from(home?).join(".local/state"),
+    };
+    Some(base.join("sbx-shim/state.json"))
+}
+
+fn dispatch(args: &[OsString], state: Option<PathBuf>) -> Result<String> {
+    let words: Vec<&str> = args
+        .iter()
+        .map(|a| {
+            a.to_str()
+                .ok_or_else(|| Error::Usage("arguments must be UTF-8".into()))
+        })
+        .collect::<Result<_>>()?;
+    match words.as_slice() {
+        ["version"] | ["--version"] => Ok(format!(
+            "sbx version {} (marsh-shim)",
+            env!("CARGO_PKG_VERSION")
+        )),
+        ["ls", rest @ ..] if rest.iter().all(|w| *w == "--json") => {
+            let state = state
+                .ok_or_else(|| Error::failed("cannot locate the state file: HOME is not set"))?;
+            Ok(json!({ "sandboxes": sandboxes(&state)? }).to_string())
+        }
+        _ => Err(Error::Usage("usage: sbx version | sbx ls --json".into())),
+    }
+}
+
+/// The `sandboxes` array of the state file; a missing file means none.
+fn sandboxes(path: &std::path::Path) -> Result<Vec<Value>> {
+    let bytes = match util::read_bounded(path, MAX_STATE_FILE) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+    };
+    let state: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::failed(format!("{} is not valid JSON: {e}", path.display())))?;
+    match state.get("sandboxes") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => Ok(items.clone()),
+        Some(_) => Err(Error::failed(format!(
+            "{}: `sandboxes` is not an array",
+            path.display()
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn state_path_precedence() {
+        assert_eq!(
+            state_path(Some("/s.json".into()), Some("/x".into()), Some("/h".into())),
+            Some(PathBuf::from("/s.json"))
+        );
+        assert_eq!(
+            state_path(None, Some("/x".into()), Some("/h".into())),
+            Some(PathBuf::from("/x/sbx-shim/state.json"))
+        );
+        assert_eq!(
+            state_path(None, None, Some("/h".into())),
+            Some(PathBuf::from("/h/.local/state/sbx-shim/state.json"))
+        );
+    }
+
+    #[test]
+    fn ls_reads_the_state_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let ls = |p: &PathBuf| dispatch(&["ls".into(), "--json".into()], Some(p.clone()));
+        assert_eq!(ls(&path).unwrap(), r#"{"sandboxes":[]}"#);
+        std::fs::write(&path, r#"{"sandboxes":[{"name":"a"}]}"#).unwrap();
+        assert_eq!(ls(&path).unwrap(), r#"{"sandboxes":[{"name":"a"}]}"#);
+        assert_eq!(dispatch(&["nope".into()], None).unwrap_err().exit_code(), 2);
+    }
+}

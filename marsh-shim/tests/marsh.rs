@@ -1,0 +1,471 @@
+//! Black-box tests of `marsh` + `marshd` against the README contract.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+use common::{Env, code, stderr, stdout};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+#[test]
+fn version_and_usage() {
+    let env = Env::new();
+    let out = env.marsh(&["--version"]);
+    assert_eq!(code(&out), 0);
+    assert!(
+        stdout(&out).starts_with("marsh ") && stdout(&out).trim_end().ends_with("(marsh-shim)")
+    );
+    assert_eq!(code(&env.marsh(&[])), 2);
+    assert_eq!(code(&env.marsh(&["frobnicate"])), 2);
+    assert_eq!(code(&env.marsh(&["results", "show", "NOT-HEX"])), 2);
+    assert!(!env.home.exists(), "no verb but -c creates the home");
+}
+
+#[test]
+fn run_output_streams_and_exit_codes() {
+    let env = Env::new();
+    let out = env.run("echo out; echo err >&2; exit 7");
+    assert_eq!(code(&out), 7);
+    assert_eq!(stdout(&out), "out\n");
+    assert_eq!(stderr(&out), "err\n");
+
+    let out = env.run("kill -9 $$");
+    assert_eq!(code(&out), 128 + 9, "death by signal N exits 128+N");
+
+    let out = env.run("printf '\\377\\000\\376tail'");
+    assert_eq!(code(&out), 0);
+    assert_eq!(
+        out.stdout, b"\xff\x00\xfetail",
+        "bytes pass through exactly"
+    );
+
+    // A large output is not truncated (the job writes straight into our pipe).
+    let out = env.run("head -c 3000000 /dev/zero");
+    assert_eq!(out.stdout.len(), 3_000_000);
+}
+
+#[test]
+fn job_runs_in_workspace_with_fixed_environment() {
+    let mut env = Env::new();
+    env.set_env("SECRET_FROM_CALLER", "leak");
+    env.set_env("USER", "tester");
+    let out = env.run("pwd; env");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some(env.ws.to_str().unwrap()));
+    let vars: Vec<&str> = lines.map(|l| l.split('=').next().unwrap_or("")).collect();
+    assert!(
+        !text.contains("SECRET_FROM_CALLER") && !text.contains("MARSH_HOME"),
+        "{text}"
+    );
+    for required in ["PATH", "HOME", "USER", "LANG", "TERM"] {
+        assert!(vars.contains(&required), "{required} missing from {vars:?}");
+    }
+    assert!(
+        text.contains("LANG=C.UTF-8") && text.contains("TERM=dumb") && text.contains("USER=tester")
+    );
+    assert!(text.contains(&format!("HOME={}", env.user_home.display())));
+
+    // The invocation log records the full environment marsh itself received.
+    let log = std::fs::read_to_string(env.home.join(".shim/invocations.jsonl")).unwrap();
+    let line: serde_json::Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+    assert_eq!(line["env"]["SECRET_FROM_CALLER"], "leak");
+    assert_eq!(line["argv"][1], "-c");
+    assert_eq!(line["cwd"], env.ws.to_str().unwrap());
+    assert!(line["pid"].as_u64().is_some() && line["ts_ms"].as_u64().is_some());
+}
+
+#[test]
+fn sandbox_hides_home_and_token_and_only_workspace_is_writable() {
+    let env = Env::new();
+    assert_eq!(code(&env.run("true")), 0);
+    let home = env.home.canonicalize().unwrap();
+    assert!(home.join("daemon/token").is_file());
+    let probes = [
+        format!("cat {}/daemon/token", home.display()),
+        format!("ls {}", home.display()),
+        format!("test -e {}", home.display()),
+        format!("test -S {}/daemon/marshd.sock", home.display()),
+        "touch /usr/marsh-shim-probe".to_string(),
+        "touch /etc/marsh-shim-probe".to_string(),
+        "mkdir /marsh-shim-probe".to_string(),
+    ];
+    for probe in probes {
+        let out = env.run(&format!("{probe} >/dev/null 2>&1"));
+        assert_ne!(code(&out), 0, "`{probe}` must fail inside the sandbox");
+    }
+    // The workspace's ancestors exist only as empty mount-point skeletons.
+    let out = env.run(&format!("ls -A {}", env.dir.path().display()));
+    assert_eq!(stdout(&out), "user\nws\n", "{}", stderr(&out));
+
+    let out = env.run(
+        "echo written > made-by-job && mkdir -p sub && echo ok > /tmp/scratch && cat /tmp/scratch",
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_to_string(env.ws.join("made-by-job")).unwrap(),
+        "written\n"
+    );
+    assert!(env.ws.join("sub").is_dir());
+
+    let status = env.status();
+    assert_eq!(status["shell"]["isolation"], "bwrap");
+    assert_eq!(status["shell"]["state"], "up");
+    assert_eq!(status["workspace"], env.ws.to_str().unwrap());
+}
+
+#[test]
+fn a_client_from_another_cwd_is_refused() {
+    let env = Env::new();
+    assert_eq!(code(&env.run("true")), 0);
+    let other = env.dir.path().join("elsewhere");
+    std::fs::create_dir(&other).unwrap();
+    let out = env
+        .cmd()
+        .current_dir(&other)
+        .args(["-c", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("bound to workspace"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn receipts_are_listed_newest_first_and_shown_by_prefix() {
+    let env = Env::new();
+    assert_eq!(
+        env.json(&["results", "--json"])["results"],
+        serde_json::json!([])
+    );
+    assert_eq!(code(&env.run("exit 3")), 3);
+    assert_eq!(code(&env.run("echo second")), 0);
+    let list = env.json(&["results", "--json"]);
+    let results = list["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0]["command"], "echo second");
+    assert_eq!(results[1]["exit_code"], 3);
+    let first = &results[1];
+    for key in [
+        "id",
+        "kind",
+        "kit",
+        "command",
+        "exit_code",
+        "signal",
+        "started_at_ms",
+        "finished_at_ms",
+        "duration_ms",
+        "workspace",
+    ] {
+        assert!(first.get(key).is_some(), "receipt lacks {key}");
+    }
+    assert_eq!(first["kind"], "shell");
+    assert_eq!(first["workspace"], env.ws.to_str().unwrap());
+
+    let id = first["id"].as_str().unwrap();
+    let shown = env.json(&["results", "show", &id[..8], "--json"]);
+    assert_eq!(&shown, first);
+    let out = env.marsh(&["results", "show", "ffffffff-ffff", "--json"]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("no result matches ffffffff-ffff"));
+    // With two receipts, some one-character prefix is shared or absent; "-" is in both.
+    let out = env.marsh(&["results", "show", "-", "--json"]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("ambiguous") || stderr(&out).contains("no result matches"));
+}
+
+#[test]
+fn reset_and_stop_are_busy_while_a_job_runs_and_sigterm_cancels_it() {
+    let env = Env::new();
+    let job = env.spawn(&["-c", "sleep 41.25; echo never"]);
+    env.wait_status("the job to start", |s| s["active_jobs"] == 1);
+    let pid_before = env.daemon_pid().unwrap();
+
+    for verb in ["reset", "stop"] {
+        let out = env.marsh(&[verb, "--json"]);
+        assert_eq!(code(&out), 125, "{verb} with an active job");
+        assert!(
+            stderr(&out).starts_with("marsh: busy: "),
+            "{}",
+            stderr(&out)
+        );
+    }
+    // Nothing changed.
+    let status = env.status();
+    assert_eq!(status["daemon"]["pid"], pid_before);
+    assert_eq!(status["shell"]["state"], "up");
+    assert!(common::process_with_cmdline("sleep 41.25"));
+
+    kill(Pid::from_raw(job.id() as i32), Signal::SIGTERM).unwrap();
+    let out = job.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(128 + 15));
+    assert!(!stdout(&out).contains("never"));
+    common::wait_no_process("sleep 41.25");
+    env.wait_status("the job to end", |s| s["active_jobs"] == 0);
+    let receipt = &env.json(&["results"])["results"][0];
+    assert_eq!(receipt["signal"], 9);
+    assert_eq!(receipt["exit_code"], serde_json::Value::Null);
+}
+
+#[test]
+fn a_killed_client_cancels_its_job() {
+    let env = Env::new();
+    let mut job = env.spawn(&["-c", "sleep 42.75"]);
+    env.wait_status("the job to start", |s| s["active_jobs"] == 1);
+    job.kill().unwrap();
+    assert_eq!(job.wait().unwrap().signal(), Some(9));
+    common::wait_no_process("sleep 42.75");
+    env.wait_status("the job to end", |s| s["active_jobs"] == 0);
+}
+
+#[test]
+fn reset_restarts_the_shell_and_stop_proves_absence() {
+    let env = Env::new();
+    // Without a daemon, reset and stop boot nothing.
+    assert_eq!(
+        env.json(&["reset", "--json"]),
+        serde_json::json!({"reset": true, "was_running": false})
+    );
+    assert_eq!(
+        env.json(&["stop", "--json"]),
+        serde_json::json!({"stopped": true, "was_running": false})
+    );
+    assert_eq!(env.status()["daemon"]["state"], "absent");
+
+    assert_eq!(code(&env.run("echo state > /tmp/in-shell")), 0);
+    assert_eq!(
+        code(&env.run("test -f /tmp/in-shell")),
+        0,
+        "the project shell is long-lived"
+    );
+    assert_eq!(
+        env.json(&["reset", "--json"]),
+        serde_json::json!({"reset": true, "was_running": true})
+    );
+    assert_eq!(env.status()["shell"]["state"], "up");
+    assert_ne!(
+        code(&env.run("test -f /tmp/in-shell")),
+        0,
+        "reset gives a fresh shell"
+    );
+
+    let pid = env.daemon_pid().unwrap();
+    assert_eq!(
+        env.json(&["stop", "--json"]),
+        serde_json::json!({"stopped": true, "was_running": true})
+    );
+    assert!(
+        !common::alive(pid),
+        "stop returns only once the daemon is gone"
+    );
+    let status = env.status();
+    assert_eq!(
+        status["daemon"],
+        serde_json::json!({"state": "absent", "pid": null})
+    );
+    assert_eq!(
+        status["shell"],
+        serde_json::json!({"state": "down", "isolation": null})
+    );
+    assert_eq!(
+        env.json(&["stop"]),
+        serde_json::json!({"stopped": true, "was_running": false})
+    );
+}
+
+#[test]
+fn kits_run_in_fresh_sandboxes_and_track_warm_state() {
+    let env = Env::new();
+    env.write_kit(
+        "probe",
+        &[
+            "/bin/sh",
+            "-c",
+            "echo \"kit:$#:$1\"; hostname; test -e /run/marsh && echo sees-shell; test -e /tmp/left && echo not-fresh; touch /tmp/left; cat",
+            "probe",
+        ],
+    );
+    env.write_kit("other", &["true"]);
+    let status = env.status();
+    assert_eq!(
+        status["workers"],
+        serde_json::json!([
+            {"name": "other", "state": "cold", "active_jobs": 0},
+            {"name": "probe", "state": "cold", "active_jobs": 0},
+        ])
+    );
+
+    let out = env.run("hostname; echo piped | probe 'a b'; echo rc=$?; probe x </dev/null");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "marsh-shell\nkit:1:a b\nmarsh-kit\npiped\nrc=0\nkit:1:x\nmarsh-kit\n"
+    );
+    assert_eq!(worker_state(&env, "other"), "cold");
+    assert_eq!(worker_state(&env, "probe"), "warm");
+    let receipt = &env.json(&["results"])["results"][1];
+    assert_eq!(receipt["kind"], "kit");
+    assert_eq!(receipt["kit"], "probe");
+    assert_eq!(receipt["exit_code"], 0);
+
+    // A kit's exit status is the wrapper's; an unknown kit name is not on PATH.
+    env.write_kit("fails", &["/bin/sh", "-c", "exit 9"]);
+    assert_eq!(code(&env.run("fails")), 9);
+
+    assert_eq!(
+        env.json(&["workers", "reset", "probe"]),
+        serde_json::json!({"reset": ["probe"]})
+    );
+    assert_eq!(worker_state(&env, "probe"), "cold");
+    let out = env.marsh(&["workers", "reset", "nope"]);
+    assert_eq!(code(&out), 1);
+
+    assert_eq!(
+        code(&env.marsh(&["--load", "other,probe", "-c", "true"])),
+        0
+    );
+    assert_eq!(worker_state(&env, "other"), "warm");
+    assert_eq!(worker_state(&env, "probe"), "warm");
+    let out = env.marsh(&["--load", "missing", "-c", "true"]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("unknown kit missing"));
+
+    // A worker with an active kit job cannot be reset.
+    env.write_kit("slow", &["sleep", "43.5"]);
+    let mut job = env.spawn(&["-c", "slow"]);
+    env.wait_status("the kit job", |s| s["active_jobs"] == 2);
+    let out = env.marsh(&["workers", "reset", "all"]);
+    assert_eq!(code(&out), 125);
+    assert!(
+        stderr(&out).contains("worker slow has 1 active job"),
+        "{}",
+        stderr(&out)
+    );
+    kill(Pid::from_raw(job.id() as i32), Signal::SIGINT).unwrap();
+    assert_eq!(job.wait().unwrap().code(), Some(128 + 2));
+    common::wait_no_process("sleep 43.5");
+    env.wait_status("the kit job to end", |s| s["active_jobs"] == 0);
+}
+
+fn worker_state(env: &Env, name: &str) -> String {
+    let status = env.status();
+    let worker = status["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == name)
+        .cloned();
+    worker.unwrap()["state"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn failure_and_hang_injection() {
+    let env = Env::new();
+    std::fs::create_dir_all(&env.home).unwrap();
+    env.inject("fail", "run", "3\n");
+    let out = env.run("echo hi");
+    assert_eq!(code(&out), 3);
+    assert_eq!(stderr(&out), "marsh: injected failure: run\n");
+    assert!(stdout(&out).is_empty());
+    assert_eq!(
+        env.status()["daemon"]["state"],
+        "absent",
+        "nothing was booted"
+    );
+    std::fs::remove_file(env.home.join(".shim/fail/run")).unwrap();
+
+    env.inject("fail", "boot", "");
+    let out = env.run("echo hi");
+    assert_eq!(code(&out), 1);
+    assert_eq!(stderr(&out), "marsh: injected failure: boot\n");
+    std::fs::remove_file(env.home.join(".shim/fail/boot")).unwrap();
+
+    env.inject("fail", "status", "4");
+    assert_eq!(code(&env.marsh(&["status", "--json"])), 4);
+    std::fs::remove_file(env.home.join(".shim/fail/status")).unwrap();
+
+    env.inject("hang", "results", "300");
+    let started = Instant::now();
+    assert_eq!(code(&env.marsh(&["results", "--json"])), 0);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    env.inject("fail", "load", "5");
+    env.write_kit("k", &["true"]);
+    assert_eq!(code(&env.marsh(&["--load", "k", "-c", "true"])), 5);
+    for verb in ["reset", "stop", "workers-reset", "show"] {
+        env.inject("fail", verb, "6");
+    }
+    assert_eq!(code(&env.marsh(&["reset"])), 6);
+    assert_eq!(code(&env.marsh(&["stop"])), 6);
+    assert_eq!(code(&env.marsh(&["workers", "reset", "all"])), 6);
+    assert_eq!(code(&env.marsh(&["results", "show", "ab"])), 6);
+}
+
+#[test]
+fn missing_bwrap_refuses_unless_unconfined() {
+    let mut env = Env::new();
+    env.set_env("MARSH_SHIM_BWRAP", "/nonexistent/bwrap");
+    let out = env.run("true");
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("MARSH_SHIM_UNCONFINED=1"),
+        "{}",
+        stderr(&out)
+    );
+    env.set_env("MARSH_SHIM_UNCONFINED", "1");
+    let out = env.run("echo unconfined");
+    assert_eq!(stdout(&out), "unconfined\n", "{}", stderr(&out));
+    assert_eq!(env.status()["shell"]["isolation"], "unconfined");
+}
+
+#[test]
+fn deep_homes_work_and_the_daemon_leaves_with_its_home() {
+    let outer = tempfile::tempdir().unwrap();
+    let mut base = outer.path().to_path_buf();
+    for i in 0..5 {
+        base.push(format!("a-deliberately-long-directory-name-{i:02}"));
+    }
+    std::fs::create_dir_all(&base).unwrap();
+    let dir = tempfile::tempdir_in(&base).unwrap();
+    let env = Env::with_base(dir);
+    assert!(env.home.join("daemon/marshd.sock").as_os_str().len() > 200);
+    let out = env.run("echo deep");
+    assert_eq!(stdout(&out), "deep\n", "{}", stderr(&out));
+    let pid = env.daemon_pid().unwrap();
+
+    std::fs::rename(&env.home, env.dir.path().join("moved-away")).unwrap();
+    common::wait_gone(pid);
+}
+
+#[test]
+fn idle_daemon_exits_by_itself() {
+    let mut env = Env::new();
+    env.set_env("MARSH_SHIM_IDLE_SECS", "1");
+    assert_eq!(code(&env.run("true")), 0);
+    let pid = env.daemon_pid().unwrap();
+    common::wait_gone(pid);
+    assert_eq!(env.status()["daemon"]["state"], "absent");
+}
+
+#[test]
+fn concurrent_first_runs_boot_one_daemon() {
+    let env = Env::new();
+    let jobs: Vec<_> = (0..4)
+        .map(|i| env.spawn(&["-c", &format!("echo {i}")]))
+        .collect();
+    for (i, job) in jobs.into_iter().enumerate() {
+        let out = job.wait_with_output().unwrap();
+        assert_eq!(stdout(&out), format!("{i}\n"), "{}", stderr(&out));
+    }
+    let log = std::fs::read_to_string(env.home.join("daemon/marshd.log")).unwrap();
+    assert_eq!(log.matches(" serving ").count(), 1, "{log}");
+}

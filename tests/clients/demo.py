@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""`make demo`: a real MCP client session (the PyPI `mcp` client) against `marsh-mcp serve`.
+
+Usage: demo.py PREFIX_BIN WORKSPACE HOME
+
+Starts `PREFIX_BIN/marsh-mcp serve` on stdio with the stand-in marsh/sbx from the same
+prefix, exercises the main tools and prints each result readably.
+"""
+
+import asyncio
+import json
+import os
+import sys
+import textwrap
+
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+
+def show(title, envelope):
+    print(f"\n=== {title}")
+    if not envelope.get("ok"):
+        err = envelope["error"]
+        print(f"  error {err['kind']} (retryable={err['retryable']}): {err['message']}")
+        return envelope
+    data = envelope["data"]
+    for key in ("state", "exit_code", "operation_id", "stdout_text", "stderr_text", "stdout_text_state",
+                "output_complete", "next_seq", "latest_seq", "capped", "healthy", "mode", "runtime_state"):
+        if key in data and data[key] not in (None, ""):
+            value = data[key]
+            if isinstance(value, str) and "\n" in value:
+                print(f"  {key}:")
+                print(textwrap.indent(value.rstrip("\n"), "    | "))
+            else:
+                print(f"  {key}: {value}")
+    if "stdout_base64" in data and data.get("stdout_text_state") == "lossy":
+        print(f"  stdout_base64 (authoritative bytes): {data['stdout_base64']}")
+    return envelope
+
+
+async def call(session, name, args=None):
+    result = await session.call_tool(name, args or {})
+    envelope = result.structured_content
+    if envelope is None:  # older clients: fall back to the text copy
+        envelope = json.loads(result.content[0].text)
+    return envelope
+
+
+async def main():
+    bin_dir, workspace, home = sys.argv[1:4]
+    params = StdioServerParameters(
+        command=os.path.join(bin_dir, "marsh-mcp"),
+        args=["serve", "--workspace", workspace, "--home", home, "--sbx", os.path.join(bin_dir, "sbx")],
+        env={"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "MARSH_SHIM_IDLE_SECS": "60"},
+        cwd=workspace,
+    )
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            print(f"connected to {init.server_info.name} {init.server_info.version} "
+                  f"(protocol {init.protocol_version})")
+            tools = await session.list_tools()
+            print("tools:", ", ".join(t.name for t in tools.tools))
+
+            show("doctor", await call(session, "doctor"))
+            show("shell_run: where am I, who am I", await call(session, "shell_run", {"command": "pwd; id -un; uname -s"}))
+            show("shell_run: separate streams and a nonzero exit",
+                 await call(session, "shell_run", {"command": "echo to-stdout; echo to-stderr >&2; exit 3"}))
+            show("shell_run: bytes that are not UTF-8", await call(session, "shell_run", {"command": r"printf 'ok \377\376'"}))
+            show("shell_run: the sandbox hides the home", await call(session, "shell_run", {"command": f"ls {home} 2>&1; echo exit=$?"}))
+            show("status", await call(session, "status"))
+            listed = show("results_list (newest 3)", await call(session, "results_list", {"limit": 3}))
+            for r in listed["data"]["results"]:
+                print(f"    {r['id'][:8]}  exit={r['exit_code']}  {r['command']!r}")
+            first = listed["data"]["results"][0]["id"]
+            got = show(f"result_get {first[:8]}", await call(session, "result_get", {"selector": first[:8]}))
+            print(f"    command={got['data']['result']['command']!r} duration_ms={got['data']['result']['duration_ms']}")
+
+            started = show("shell_run: a long command yields (wait_ms=300)",
+                           await call(session, "shell_run", {"command": "for i in 1 2 3; do echo tick $i; sleep 0.4; done", "wait_ms": 300}))
+            op = started["data"]["operation_id"]
+            since = started["data"]["next_seq"]
+            show("operation_get wait_ms=5000", await call(session, "operation_get", {"operation_id": op, "wait_ms": 5000}))
+            show(f"operation_output since_seq={since}", await call(session, "operation_output", {"operation_id": op, "since_seq": since}))
+
+            long = await call(session, "shell_run", {"command": "sleep 60", "wait_ms": 0})
+            show("operation_cancel of a sleeping command",
+                 await call(session, "operation_cancel", {"operation_id": long["data"]["operation_id"]}))
+            show("shell_run: timeout_ms=200", await call(session, "shell_run", {"command": "sleep 30", "timeout_ms": 200}))
+            show("prewarm all", await call(session, "prewarm", {"selection": "all"}))
+            show("qualify without --allow-full-sbx-control", await call(session, "qualify", {"gate": "source"}))
+            show("invalid argument (unknown field)", await call(session, "shell_run", {"command": "true", "cwd": "/"}))
+    print("\ndemo finished: every call above went through a real MCP client session.")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,142 @@
+//! Protocol hygiene: oversized frames, malformed JSON, requests before `initialize`,
+//! repeated `initialize`, unknown versions and tools, and argument validation that
+//! rejects bad input before any child starts.
+
+use std::time::Duration;
+
+use marsh_tests::{Sandbox, Server};
+use serde_json::{json, Value};
+
+fn raw_server(sb: &Sandbox) -> Server {
+    Server::spawn(sb.marsh_mcp(&sb.serve_home_args(&[]), &[]))
+}
+
+#[test]
+fn two_mib_frame_is_answered_and_the_session_continues() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb, &sb.serve_home_args(&[]), &[]);
+    let mut frame = br#"{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"shell_run","arguments":{"command":""#.to_vec();
+    frame.extend(std::iter::repeat_n(b'x', 2 * 1024 * 1024));
+    frame.extend_from_slice(b"\"}}}\n");
+    s.send_raw(&frame);
+    let reply = s.recv(Duration::from_secs(30)).expect("an answer to the oversized frame");
+    assert_eq!(reply["error"]["code"], -32600, "{reply}");
+    assert!(reply["error"]["message"].as_str().unwrap().contains("exceeds"));
+    let data = s.ok("shell_run", json!({"command": "echo alive"}));
+    assert_eq!(data["stdout_text"], "alive\n");
+    assert!(sb.invocations(&sb.home()).iter().all(|i| !i["argv"].to_string().contains("xxxx")));
+}
+
+#[test]
+fn malformed_json_and_non_jsonrpc_lines_get_errors_without_work() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb, &sb.serve_home_args(&[]), &[]);
+    s.send_raw(b"{not json\n");
+    let reply = s.recv(Duration::from_secs(10)).unwrap();
+    assert_eq!(reply["error"]["code"], -32700);
+    s.send_raw(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":5,\"method\":3}\n");
+    let reply = s.recv(Duration::from_secs(10)).unwrap();
+    assert!(reply.get("error").is_some(), "{reply}");
+    assert_eq!(s.ok("status", json!({}))["state"], "ready");
+}
+
+#[test]
+fn requests_before_initialize_fail_cleanly_and_start_nothing() {
+    let sb = Sandbox::new();
+    let mut s = raw_server(&sb);
+    let reply = s.request("tools/call", json!({"name": "shell_run", "arguments": {"command": "touch pre-init"}}));
+    assert!(reply.get("error").is_some(), "{reply}");
+    let reply = s.request("tools/list", json!({}));
+    assert!(reply.get("error").is_some(), "{reply}");
+    // A notification before initialize is ignored, not fatal.
+    s.notify("notifications/initialized", json!({}));
+    let init = s.initialize();
+    assert!(init.get("result").is_some(), "{init}");
+    assert!(!sb.workspace().join("pre-init").exists());
+    assert!(sb.invocations(&sb.home()).is_empty());
+}
+
+#[test]
+fn repeated_initialize_is_refused_and_the_session_continues() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb, &sb.serve_home_args(&[]), &[]);
+    let again = s.initialize();
+    assert_eq!(again["error"]["code"], -32600, "{again}");
+    assert_eq!(s.ok("status", json!({}))["state"], "ready");
+}
+
+#[test]
+fn unknown_protocol_version_is_negotiated_down_not_accepted() {
+    let sb = Sandbox::new();
+    let mut s = raw_server(&sb);
+    let reply = s.request(
+        "initialize",
+        json!({"protocolVersion": "1999-01-01", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+    );
+    match reply.get("result") {
+        Some(result) => assert_ne!(result["protocolVersion"], "1999-01-01"),
+        None => assert!(reply.get("error").is_some()),
+    }
+}
+
+#[test]
+fn unknown_tool_is_a_protocol_error() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb, &sb.serve_home_args(&[]), &[]);
+    let reply = s.request("tools/call", json!({"name": "host_shell", "arguments": {}}));
+    assert_eq!(reply["error"]["code"], -32602);
+}
+
+#[test]
+fn tools_list_is_the_exact_catalog_with_closed_schemas() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb, &sb.serve_home_args(&[]), &[]);
+    let reply = s.request("tools/list", json!({}));
+    let tools = reply["result"]["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "doctor", "status", "results_list", "result_get", "shell_run", "prewarm", "workers_reset",
+            "operation_get", "operation_output", "operation_cancel", "qualify"
+        ]
+    );
+    for t in tools {
+        assert_eq!(t["inputSchema"]["additionalProperties"], false, "{}", t["name"]);
+        assert!(t.get("outputSchema").is_some(), "{}", t["name"]);
+    }
+}
+
+#[test]
+fn invalid_arguments_are_rejected_before_any_child_starts() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb, &sb.serve_home_args(&[]), &[]);
+    let cases: Vec<(&str, Value)> = vec![
+        ("shell_run", json!({"command": "touch bad", "cwd": "/"})),
+        ("shell_run", json!({"command": "touch bad", "env": {"A": "1"}})),
+        ("shell_run", json!({"command": 42})),
+        ("shell_run", json!({})),
+        ("shell_run", json!({"command": ""})),
+        ("shell_run", json!({"command": "x".repeat(65537)})),
+        ("shell_run", json!({"command": "touch bad\u{0}"})),
+        ("shell_run", json!({"command": "touch bad\u{1b}[0m"})),
+        ("shell_run", json!({"command": "touch bad", "timeout_ms": 5})),
+        ("shell_run", json!({"command": "touch bad", "timeout_ms": 900001})),
+        ("shell_run", json!({"command": "touch bad", "wait_ms": 55001})),
+        ("shell_run", json!({"command": "touch bad", "timeout_ms": 1.5})),
+        ("result_get", json!({"selector": "../etc"})),
+        ("result_get", json!({"selector": "a".repeat(65)})),
+        ("prewarm", json!({"selection": "Bad Name"})),
+        ("prewarm", json!({"selection": vec!["k"; 17].join(",")})),
+        ("workers_reset", json!({"selection": "all", "extra": 1})),
+        ("status", json!({"verbose": true})),
+        ("operation_get", json!({"operation_id": 5})),
+        ("qualify", json!({"gate": "everything"})),
+    ];
+    for (tool, args) in cases {
+        let kind = s.err_kind(tool, args.clone());
+        assert_eq!(kind, "invalid_argument", "{tool} {args}");
+    }
+    assert!(!sb.workspace().join("bad").exists());
+    assert!(sb.invocations(&sb.home()).is_empty(), "a child ran: {:?}", sb.invocations(&sb.home()));
+}
