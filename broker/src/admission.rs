@@ -167,7 +167,10 @@ mod tests {
     fn cap_refuses_the_fifth_at_once() {
         let cap = GlobalCap::default();
         let held: Vec<_> = (0..4).map(|_| cap.try_admit().unwrap()).collect();
-        assert_eq!(cap.try_admit().unwrap_err().kind, ErrorKind::CapacityExhausted);
+        assert_eq!(
+            cap.try_admit().unwrap_err().kind,
+            ErrorKind::CapacityExhausted
+        );
         drop(held);
         assert!(cap.try_admit().is_ok());
     }

@@ -10,7 +10,15 @@ use std::path::{Path, PathBuf};
 pub const FIXED_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// Inherited only when present and well-formed; everything else is dropped.
-const INHERITED: &[&str] = &["LANG", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TERM", "TZ", "TMPDIR"];
+const INHERITED: &[&str] = &[
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "TERM",
+    "TZ",
+    "TMPDIR",
+];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChildEnvError {
@@ -150,7 +158,11 @@ mod tests {
         let env = ChildEnv::build(Path::new("/opt/sbx"), inherited).unwrap();
         let names = env.names(false);
         assert!(names.contains(&"LANG".to_string()));
-        assert!(!names.iter().any(|n| n == "MARSHD_TOKEN" || n == "TMPDIR" || n == "MARSH_SBX"));
+        assert!(
+            !names
+                .iter()
+                .any(|n| n == "MARSHD_TOKEN" || n == "TMPDIR" || n == "MARSH_SBX")
+        );
         assert_ne!(env.user(), "mallory");
         assert!(valid_account_name("root"));
         assert!(!valid_account_name("Root;rm"));

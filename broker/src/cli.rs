@@ -5,7 +5,11 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "marsh-mcp", version, about = "MCP control plane for one workspace's marsh runtime")]
+#[command(
+    name = "marsh-mcp",
+    version,
+    about = "MCP control plane for one workspace's marsh runtime"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: CliCommand,

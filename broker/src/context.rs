@@ -27,7 +27,13 @@ pub struct ServerContext {
 }
 
 impl ServerContext {
-    pub fn new(workspace: PathBuf, workspace_hash: String, driver: MarshDriver, scope: Scope, allow_full_sbx_control: bool) -> Self {
+    pub fn new(
+        workspace: PathBuf,
+        workspace_hash: String,
+        driver: MarshDriver,
+        scope: Scope,
+        allow_full_sbx_control: bool,
+    ) -> Self {
         Self {
             workspace,
             workspace_hash,
@@ -42,6 +48,9 @@ impl ServerContext {
 
     /// `marsh-dev-` + the first 12 hex of the workspace hash.
     pub fn server_name(&self) -> String {
-        format!("marsh-dev-{}", &self.workspace_hash[..12.min(self.workspace_hash.len())])
+        format!(
+            "marsh-dev-{}",
+            &self.workspace_hash[..12.min(self.workspace_hash.len())]
+        )
     }
 }

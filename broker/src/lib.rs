@@ -18,4 +18,4 @@ pub mod tools;
 pub use cli::{Cli, CliCommand, ServeArgs};
 pub use context::ServerContext;
 pub use server::serve_session;
-pub use startup::{prepare, StartupError};
+pub use startup::{StartupError, prepare};

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use marsh_broker::{prepare, serve_session, Cli, CliCommand};
+use marsh_broker::{Cli, CliCommand, prepare, serve_session};
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("MARSH_MCP_LOG")
@@ -30,7 +30,14 @@ fn main() -> ExitCode {
             let _ = err.print();
             return ExitCode::SUCCESS;
         }
-        Err(err) => return fail(err.render().to_string().trim_start_matches("error: ").trim_end()),
+        Err(err) => {
+            return fail(
+                err.render()
+                    .to_string()
+                    .trim_start_matches("error: ")
+                    .trim_end(),
+            );
+        }
     };
     init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

@@ -27,7 +27,10 @@ pub enum Verb<'a> {
     Results,
     ResultShow(&'a str),
     Run(&'a str),
-    LoadRun { selection: &'a str, command: &'a str },
+    LoadRun {
+        selection: &'a str,
+        command: &'a str,
+    },
     WorkersReset(&'a str),
 }
 
@@ -75,7 +78,13 @@ impl Captured {
 }
 
 impl MarshDriver {
-    pub fn new(marsh: PinnedExecutable, marshd: PinnedExecutable, sbx: PinnedExecutable, env: ChildEnv, workspace: PathBuf) -> Self {
+    pub fn new(
+        marsh: PinnedExecutable,
+        marshd: PinnedExecutable,
+        sbx: PinnedExecutable,
+        env: ChildEnv,
+        workspace: PathBuf,
+    ) -> Self {
         Self {
             marsh,
             marshd,
@@ -130,13 +139,16 @@ impl MarshDriver {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| ToolError::new(ErrorKind::BackendFailed, format!("cannot start marsh: {e}")))?;
+        let mut child = cmd.spawn().map_err(|e| {
+            ToolError::new(ErrorKind::BackendFailed, format!("cannot start marsh: {e}"))
+        })?;
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
         let work = async {
-            let (out, err) = tokio::join!(read_limited(stdout, QUERY_STDOUT_LIMIT), read_limited(stderr, QUERY_STDERR_LIMIT));
+            let (out, err) = tokio::join!(
+                read_limited(stdout, QUERY_STDOUT_LIMIT),
+                read_limited(stderr, QUERY_STDERR_LIMIT)
+            );
             let status = child.wait().await;
             (out, err, status)
         };
@@ -146,8 +158,13 @@ impl MarshDriver {
                 stdout,
                 stderr,
             }),
-            Ok((Err(e), _, _)) | Ok((_, Err(e), _)) => Err(ToolError::new(ErrorKind::BackendFailed, e)),
-            Ok((_, _, Err(e))) => Err(ToolError::new(ErrorKind::BackendFailed, format!("cannot wait for marsh: {e}"))),
+            Ok((Err(e), _, _)) | Ok((_, Err(e), _)) => {
+                Err(ToolError::new(ErrorKind::BackendFailed, e))
+            }
+            Ok((_, _, Err(e))) => Err(ToolError::new(
+                ErrorKind::BackendFailed,
+                format!("cannot wait for marsh: {e}"),
+            )),
             Err(_) => Err(ToolError::new(
                 ErrorKind::TimedOut,
                 format!("marsh did not answer within {} s", QUERY_TIMEOUT.as_secs()),
@@ -156,11 +173,18 @@ impl MarshDriver {
     }
 
     /// Runs a read verb and parses its JSON answer, mapping marsh's failures to kinds.
-    pub async fn query_json(&self, verb: Verb<'_>, home: &Path) -> Result<serde_json::Value, ToolError> {
+    pub async fn query_json(
+        &self,
+        verb: Verb<'_>,
+        home: &Path,
+    ) -> Result<serde_json::Value, ToolError> {
         let out = self.query(verb, home).await?;
         match out.code {
             Some(0) => serde_json::from_slice(&out.stdout).map_err(|e| {
-                ToolError::new(ErrorKind::BackendFailed, format!("marsh printed malformed JSON: {e}"))
+                ToolError::new(
+                    ErrorKind::BackendFailed,
+                    format!("marsh printed malformed JSON: {e}"),
+                )
             }),
             Some(EXIT_BUSY) => Err(ToolError::new(ErrorKind::ScopeBusy, out.stderr_line())),
             _ => {
@@ -178,7 +202,10 @@ impl MarshDriver {
     }
 }
 
-async fn read_limited<R: tokio::io::AsyncRead + Unpin>(pipe: Option<R>, limit: usize) -> Result<Vec<u8>, String> {
+async fn read_limited<R: tokio::io::AsyncRead + Unpin>(
+    pipe: Option<R>,
+    limit: usize,
+) -> Result<Vec<u8>, String> {
     let Some(pipe) = pipe else {
         return Ok(Vec::new());
     };

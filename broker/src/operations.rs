@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -90,7 +90,12 @@ pub struct Operation {
 }
 
 impl Operation {
-    pub fn new(owner: SessionId, kind: OpKind, scope: &'static str, timeout: Duration) -> Arc<Self> {
+    pub fn new(
+        owner: SessionId,
+        kind: OpKind,
+        scope: &'static str,
+        timeout: Duration,
+    ) -> Arc<Self> {
         let (status, _) = watch::channel(OpStatus {
             state: OpState::Queued,
             exit_code: None,
@@ -156,7 +161,14 @@ impl Operation {
 
     /// Records the end. A requested cancel overrides whatever the child reported: the
     /// outcome of cancelled work is never claimed as certain.
-    pub fn finish(&self, mut state: OpState, exit_code: Option<i32>, signal: Option<i32>, error: Option<ToolError>, drained: bool) {
+    pub fn finish(
+        &self,
+        mut state: OpState,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        error: Option<ToolError>,
+        drained: bool,
+    ) {
         self.status.send_modify(|s| {
             if s.cancel_requested {
                 state = OpState::CancellationUncertain;
@@ -291,7 +303,10 @@ impl OperationTable {
 
     pub fn counts(&self) -> (usize, usize) {
         let ops = self.lock();
-        let live = ops.iter().filter(|o| !o.status().state.is_terminal()).count();
+        let live = ops
+            .iter()
+            .filter(|o| !o.status().state.is_terminal())
+            .count();
         (live, ops.len())
     }
 
@@ -311,7 +326,10 @@ mod tests {
         table.insert(Arc::clone(&first)).unwrap();
         let id = first.id.to_string();
         assert!(table.get(&id, 1).is_ok());
-        assert_eq!(table.get(&id, 2).unwrap_err(), table.get("nope", 2).unwrap_err());
+        assert_eq!(
+            table.get(&id, 2).unwrap_err(),
+            table.get("nope", 2).unwrap_err()
+        );
         first.finish(OpState::Succeeded, Some(0), None, None, true);
         for _ in 0..RETAINED_OPERATIONS {
             let op = Operation::new(1, OpKind::ShellRun, "default", Duration::from_secs(1));

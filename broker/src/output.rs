@@ -149,7 +149,10 @@ impl OutputLog {
             .streams
             .iter()
             .any(|s| s.evicted_bytes > 0 && since < s.evicted_through);
-        let mut cursors = [first_after(&self.streams[0], since), first_after(&self.streams[1], since)];
+        let mut cursors = [
+            first_after(&self.streams[0], since),
+            first_after(&self.streams[1], since),
+        ];
         let mut out = [Vec::new(), Vec::new()];
         let mut pos = since;
         let mut start_seq = None;
@@ -284,13 +287,25 @@ mod tests {
         log.append(Stream::Stderr, b"XY");
         log.append(Stream::Stdout, b"de");
         let all = log.read_since(0, 100);
-        assert_eq!((all.stdout.as_slice(), all.stderr.as_slice()), (&b"abcde"[..], &b"XY"[..]));
-        assert_eq!((all.start_seq, all.next_seq, all.latest_seq, all.capped), (0, 7, 7, false));
+        assert_eq!(
+            (all.stdout.as_slice(), all.stderr.as_slice()),
+            (&b"abcde"[..], &b"XY"[..])
+        );
+        assert_eq!(
+            (all.start_seq, all.next_seq, all.latest_seq, all.capped),
+            (0, 7, 7, false)
+        );
         let part = log.read_since(2, 2);
-        assert_eq!((part.stdout.as_slice(), part.stderr.as_slice()), (&b"c"[..], &b"X"[..]));
+        assert_eq!(
+            (part.stdout.as_slice(), part.stderr.as_slice()),
+            (&b"c"[..], &b"X"[..])
+        );
         assert_eq!((part.start_seq, part.next_seq, part.capped), (2, 4, true));
         let rest = log.read_since(part.next_seq, 100);
-        assert_eq!((rest.stdout.as_slice(), rest.stderr.as_slice()), (&b"de"[..], &b"Y"[..]));
+        assert_eq!(
+            (rest.stdout.as_slice(), rest.stderr.as_slice()),
+            (&b"de"[..], &b"Y"[..])
+        );
     }
 
     #[test]

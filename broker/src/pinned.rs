@@ -28,7 +28,9 @@ pub enum PinError {
     NotRegular { role: &'static str, path: PathBuf },
     #[error("the {role} executable {path} is not executable")]
     NotExecutable { role: &'static str, path: PathBuf },
-    #[error("the {role} executable {path} is owned by uid {owner}; it must be owned by root or uid {euid}")]
+    #[error(
+        "the {role} executable {path} is owned by uid {owner}; it must be owned by root or uid {euid}"
+    )]
     ForeignOwner {
         role: &'static str,
         path: PathBuf,
@@ -41,7 +43,9 @@ pub enum PinError {
         path: PathBuf,
         mode: u32,
     },
-    #[error("the {role} executable {path} lies inside the {area} {area_path}; install it outside the workspace, scope root and homes")]
+    #[error(
+        "the {role} executable {path} lies inside the {area} {area_path}; install it outside the workspace, scope root and homes"
+    )]
     InsideArea {
         role: &'static str,
         path: PathBuf,
@@ -118,7 +122,9 @@ pub struct PinnedExecutable {
 
 /// Why a revalidation failed; the message names the file and the way out.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("the pinned {role} executable {path} changed since marsh-mcp started ({what}); reinstall it if needed and restart marsh-mcp")]
+#[error(
+    "the pinned {role} executable {path} changed since marsh-mcp started ({what}); reinstall it if needed and restart marsh-mcp"
+)]
 pub struct ExecutableChanged {
     pub role: &'static str,
     pub path: PathBuf,
@@ -193,15 +199,19 @@ impl PinnedExecutable {
             path: self.path.clone(),
             what,
         };
-        let meta = fs::symlink_metadata(&self.path).map_err(|e| changed(format!("cannot stat it: {e}")))?;
+        let meta = fs::symlink_metadata(&self.path)
+            .map_err(|e| changed(format!("cannot stat it: {e}")))?;
         let now = FileIdentity::of(&meta);
         if now != self.identity {
             return Err(changed(describe_difference(&self.identity, &now)));
         }
         for pin in &self.ancestors {
-            let meta = fs::symlink_metadata(&pin.path)
-                .map_err(|e| changed(format!("cannot stat ancestor {}: {e}", pin.path.display())))?;
-            if (meta.dev(), meta.ino(), meta.uid(), meta.mode()) != (pin.dev, pin.ino, pin.uid, pin.mode) {
+            let meta = fs::symlink_metadata(&pin.path).map_err(|e| {
+                changed(format!("cannot stat ancestor {}: {e}", pin.path.display()))
+            })?;
+            if (meta.dev(), meta.ino(), meta.uid(), meta.mode())
+                != (pin.dev, pin.ino, pin.uid, pin.mode)
+            {
                 return Err(changed(format!("ancestor {} changed", pin.path.display())));
             }
         }
@@ -305,7 +315,11 @@ fn pin_ancestors(role: &'static str, path: &Path) -> Result<Vec<AncestorPin>, Pi
 
 /// Hashes through one no-follow descriptor and checks that the descriptor's identity
 /// equals the pinned one before and after, so the hash belongs to the pinned inode.
-fn hash_unchanged(role: &'static str, path: &Path, pinned: FileIdentity) -> Result<[u8; 32], PinError> {
+fn hash_unchanged(
+    role: &'static str,
+    path: &Path,
+    pinned: FileIdentity,
+) -> Result<[u8; 32], PinError> {
     let hash_err = |source| PinError::Hash {
         role,
         path: path.to_owned(),
@@ -338,10 +352,12 @@ fn hash_unchanged(role: &'static str, path: &Path, pinned: FileIdentity) -> Resu
 
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 #[cfg(test)]
@@ -364,7 +380,12 @@ mod tests {
         pin.revalidate().unwrap();
         let mtime = fs::metadata(&p).unwrap().modified().unwrap();
         fs::write(&p, b"#!/bin/sh\nexit 1\n").unwrap();
-        File::options().write(true).open(&p).unwrap().set_modified(mtime).unwrap();
+        File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
         let err = pin.revalidate().unwrap_err();
         assert!(err.what.contains("ctime"), "{err}");
     }

@@ -7,7 +7,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
@@ -60,8 +60,14 @@ pub async fn supervise(op: &Arc<Operation>, mut cmd: Command) -> Supervised {
     };
     let pgid = child.id().map(|id| Pid::from_raw(id as i32));
     let readers = [
-        child.stdout.take().map(|p| tokio::spawn(pump(Arc::clone(op), Stream::Stdout, p))),
-        child.stderr.take().map(|p| tokio::spawn(pump(Arc::clone(op), Stream::Stderr, p))),
+        child
+            .stdout
+            .take()
+            .map(|p| tokio::spawn(pump(Arc::clone(op), Stream::Stdout, p))),
+        child
+            .stderr
+            .take()
+            .map(|p| tokio::spawn(pump(Arc::clone(op), Stream::Stderr, p))),
     ];
     let cancel = op.cancel_token().clone();
     let ending = tokio::select! {
@@ -113,5 +119,8 @@ async fn escalate(child: &mut Child, pgid: Option<Pid>) -> Option<ExitStatus> {
         }
     }
     let _ = child.start_kill();
-    tokio::time::timeout(ESCALATION_STEP, child.wait()).await.ok().and_then(Result::ok)
+    tokio::time::timeout(ESCALATION_STEP, child.wait())
+        .await
+        .ok()
+        .and_then(Result::ok)
 }

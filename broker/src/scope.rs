@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use marsh_scope_registry::{verify_owner_only_dir, DirIdentity, ManagedRoot, ScopeState};
+use marsh_scope_registry::{DirIdentity, ManagedRoot, ScopeState, verify_owner_only_dir};
 
 use crate::admission::ScopeGate;
 use crate::tools::envelope::{ErrorKind, ToolError};
@@ -43,7 +43,13 @@ impl Scope {
     pub fn state(&self) -> ScopeState {
         match &self.store {
             StateStore::ProcessLocal(state) => *state.lock().unwrap_or_else(|p| p.into_inner()),
-            StateStore::Managed(root) => root.lock().unwrap_or_else(|p| p.into_inner()).registry().default.state,
+            StateStore::Managed(root) => {
+                root.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .registry()
+                    .default
+                    .state
+            }
         }
     }
 
@@ -77,7 +83,10 @@ impl Scope {
             ScopeState::Ready => self.verified_home(),
             other => Err(ToolError::new(
                 ErrorKind::ScopeNotReady,
-                format!("the default scope is {}; the default-scope tools are disabled until scope_reset default revives it", other.as_str()),
+                format!(
+                    "the default scope is {}; the default-scope tools are disabled until scope_reset default revives it",
+                    other.as_str()
+                ),
             )),
         }
     }

@@ -7,20 +7,23 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
-use marsh_scope_registry::{ensure_owner_only_dir, ManagedRoot, RegistryError, ScopeState};
+use marsh_scope_registry::{ManagedRoot, RegistryError, ScopeState, ensure_owner_only_dir};
 use sha2::{Digest, Sha256};
 
 use crate::child_env::{ChildEnv, ChildEnvError};
 use crate::cli::ServeArgs;
 use crate::context::ServerContext;
 use crate::marsh::MarshDriver;
-use crate::pinned::{hex, PinError, PinnedExecutable};
+use crate::pinned::{PinError, PinnedExecutable, hex};
 use crate::scope::{Scope, StateStore};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
     #[error("cannot resolve the workspace {path}: {source}")]
-    Workspace { path: PathBuf, source: std::io::Error },
+    Workspace {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("the workspace {path} is not a directory")]
     WorkspaceNotDirectory { path: PathBuf },
     #[error("cannot determine the current directory: {0}")]
@@ -31,10 +34,20 @@ pub enum StartupError {
     NoHome,
     #[error("the path {path} contains `..` after its existing prefix; pass a plain path")]
     DotDot { path: PathBuf },
-    #[error("the {what} {path} overlaps the workspace {workspace}; homes and roots must live outside it (and it outside them)")]
-    OverlapsWorkspace { what: &'static str, path: PathBuf, workspace: PathBuf },
+    #[error(
+        "the {what} {path} overlaps the workspace {workspace}; homes and roots must live outside it (and it outside them)"
+    )]
+    OverlapsWorkspace {
+        what: &'static str,
+        path: PathBuf,
+        workspace: PathBuf,
+    },
     #[error("the {what} {path} failed verification: {source}")]
-    Area { what: &'static str, path: PathBuf, source: Box<RegistryError> },
+    Area {
+        what: &'static str,
+        path: PathBuf,
+        source: Box<RegistryError>,
+    },
     #[error(transparent)]
     Registry(Box<RegistryError>),
     #[error(transparent)]
@@ -55,13 +68,18 @@ fn resolve(path: &Path) -> Result<PathBuf, StartupError> {
     let absolute = if path.is_absolute() {
         path.to_owned()
     } else {
-        std::env::current_dir().map_err(StartupError::CurrentDir)?.join(path)
+        std::env::current_dir()
+            .map_err(StartupError::CurrentDir)?
+            .join(path)
     };
     if let Ok(canonical) = std::fs::canonicalize(&absolute) {
         return Ok(canonical);
     }
     // Part of the path does not exist yet: `..` cannot be resolved against it.
-    if absolute.components().any(|c| matches!(c, Component::ParentDir)) {
+    if absolute
+        .components()
+        .any(|c| matches!(c, Component::ParentDir))
+    {
         return Err(StartupError::DotDot { path: absolute });
     }
     let mut existing = absolute.clone();
@@ -88,16 +106,24 @@ pub fn workspace_hash(canonical: &Path) -> String {
 }
 
 /// Validates every startup rule and returns the context to serve with.
-pub fn prepare(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<ServerContext, StartupError> {
-    let lookup = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| PathBuf::from(v));
+pub fn prepare(
+    args: &ServeArgs,
+    env: &[(OsString, OsString)],
+) -> Result<ServerContext, StartupError> {
+    let lookup = |name: &str| {
+        env.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| PathBuf::from(v))
+    };
     let requested = match &args.workspace {
         Some(w) => w.clone(),
         None => std::env::current_dir().map_err(StartupError::CurrentDir)?,
     };
-    let workspace = std::fs::canonicalize(&requested).map_err(|source| StartupError::Workspace {
-        path: requested.clone(),
-        source,
-    })?;
+    let workspace =
+        std::fs::canonicalize(&requested).map_err(|source| StartupError::Workspace {
+            path: requested.clone(),
+            source,
+        })?;
     let ws_meta = std::fs::metadata(&workspace).map_err(|source| StartupError::Workspace {
         path: workspace.clone(),
         source,
@@ -113,7 +139,10 @@ pub fn prepare(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<ServerC
         (None, None) => {
             let home = match lookup("MARSH_HOME") {
                 Some(h) if !h.as_os_str().is_empty() => h,
-                _ => lookup("HOME").filter(|h| h.is_absolute()).ok_or(StartupError::NoHome)?.join(".marsh"),
+                _ => lookup("HOME")
+                    .filter(|h| h.is_absolute())
+                    .ok_or(StartupError::NoHome)?
+                    .join(".marsh"),
             };
             Mode::Legacy(resolve(&home)?)
         }
@@ -131,7 +160,10 @@ pub fn prepare(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<ServerC
     }
 
     // Pin before creating anything, so a bad executable leaves no state behind.
-    let forbidden = [("workspace", workspace.as_path()), (area_name, area.as_path())];
+    let forbidden = [
+        ("workspace", workspace.as_path()),
+        (area_name, area.as_path()),
+    ];
     let marsh_path = match &args.marsh {
         Some(m) => m.clone(),
         None => std::env::current_exe()
@@ -139,7 +171,12 @@ pub fn prepare(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<ServerC
             .with_file_name("marsh"),
     };
     let marsh = PinnedExecutable::pin("marsh", &marsh_path, true, &forbidden)?;
-    let marshd = PinnedExecutable::pin("marshd", &marsh.path().with_file_name("marshd"), true, &forbidden)?;
+    let marshd = PinnedExecutable::pin(
+        "marshd",
+        &marsh.path().with_file_name("marshd"),
+        true,
+        &forbidden,
+    )?;
     let sbx = PinnedExecutable::pin("sbx", &args.sbx, false, &forbidden)?;
     let child_env = ChildEnv::build(sbx.path(), env.iter().cloned())?;
 
@@ -150,18 +187,33 @@ pub fn prepare(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<ServerC
                 path: home.clone(),
                 source: Box::new(source),
             })?;
-            Scope::new(home, identity, StateStore::ProcessLocal(Mutex::new(ScopeState::Ready)))
+            Scope::new(
+                home,
+                identity,
+                StateStore::ProcessLocal(Mutex::new(ScopeState::Ready)),
+            )
         }
         Mode::Managed(root) => {
-            let managed = ManagedRoot::open(&root, &workspace.to_string_lossy(), ws_meta.dev(), ws_meta.ino())
-                .map_err(|e| StartupError::Registry(Box::new(e)))?;
+            let managed = ManagedRoot::open(
+                &root,
+                &workspace.to_string_lossy(),
+                ws_meta.dev(),
+                ws_meta.ino(),
+            )
+            .map_err(|e| StartupError::Registry(Box::new(e)))?;
             let home = managed.default_home();
             let identity = managed.registry().default.home;
             Scope::new(home, identity, StateStore::Managed(Mutex::new(managed)))
         }
     };
     let driver = MarshDriver::new(marsh, marshd, sbx, child_env, workspace.clone());
-    Ok(ServerContext::new(workspace, hash, driver, scope, args.allow_full_sbx_control))
+    Ok(ServerContext::new(
+        workspace,
+        hash,
+        driver,
+        scope,
+        args.allow_full_sbx_control,
+    ))
 }
 
 #[cfg(test)]

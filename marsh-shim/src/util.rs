@@ -104,6 +104,19 @@ pub fn process_alive(pid: u32) -> bool {
     }
 }
 
+/// The pid of a spawned child (which leads its own process group when spawned with
+/// `process_group(0)`).
+pub fn child_pid(child: &std::process::Child) -> nix::unistd::Pid {
+    // Linux pids fit in i32 (pid_max <= 2^22).
+    nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX))
+}
+
+/// SIGKILLs every process in the process group `pgid`. ESRCH (group already empty)
+/// is not an error worth reporting.
+pub fn kill_group(pgid: nix::unistd::Pid) {
+    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+}
+
 /// Blocks until the child `pid` has exited, without reaping it: the zombie keeps its
 /// pid and process group id reserved until the caller reaps it, so signalling the
 /// group in between can never hit a recycled id.

@@ -119,6 +119,42 @@ fn sandbox_hides_home_and_token_and_only_workspace_is_writable() {
     assert_eq!(status["workspace"], env.ws.to_str().unwrap());
 }
 
+/// bubblewrap's init (pid 1 in the sandbox) is dumpable and keeps its stdio: a job
+/// can copy its fd 0 with pidfd_getfd. That descriptor must be a spent bootstrap
+/// socket, never the daemon channel.
+#[test]
+fn jobs_cannot_take_over_the_daemon_channel() {
+    if !std::path::Path::new("/usr/bin/python3").exists() {
+        return;
+    }
+    let env = Env::new();
+    let script = r#"
+import ctypes, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.syscall(438, os.pidfd_open(1), 0, 0)
+if fd < 0:
+    print("denied")
+else:
+    s = socket.socket(fileno=fd)
+    s.setblocking(False)
+    try:
+        print("recv", s.recv(64))
+    except BlockingIOError:
+        print("live")
+    try:
+        s.send(b'{"kind":"kit_cancel","req":1}')
+        print("sent")
+    except OSError:
+        print("closed")
+"#;
+    std::fs::write(env.ws.join("steal.py"), script).unwrap();
+    let out = env.run("python3 steal.py");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text == "denied\n" || text == "recv b''\nclosed\n", "{text}");
+    assert_eq!(stdout(&env.run("echo fine")), "fine\n");
+}
+
 #[test]
 fn a_client_from_another_cwd_is_refused() {
     let env = Env::new();

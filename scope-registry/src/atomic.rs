@@ -118,6 +118,10 @@ mod tests {
         std::fs::write(tmp.path().join("real"), b"{}").unwrap();
         std::os::unix::fs::symlink(tmp.path().join("real"), tmp.path().join("link")).unwrap();
         assert!(read_state_file(&tmp.path().join("link"), 100).is_err());
-        assert!(read_state_file(&tmp.path().join("absent"), 100).unwrap().is_none());
+        assert!(
+            read_state_file(&tmp.path().join("absent"), 100)
+                .unwrap()
+                .is_none()
+        );
     }
 }

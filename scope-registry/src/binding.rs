@@ -2,8 +2,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::atomic::{read_state_file, write_atomically};
 use crate::RegistryError;
+use crate::atomic::{read_state_file, write_atomically};
 
 pub const BINDING_FILE: &str = "workspace.json";
 const BINDING_LIMIT: u64 = 64 * 1024;
@@ -35,11 +35,10 @@ impl WorkspaceBinding {
         let Some(bytes) = read_state_file(&path, BINDING_LIMIT)? else {
             return Ok(None);
         };
-        let binding: Self =
-            serde_json::from_slice(&bytes).map_err(|e| RegistryError::Corrupt {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
+        let binding: Self = serde_json::from_slice(&bytes).map_err(|e| RegistryError::Corrupt {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
         if binding.version != 1 {
             return Err(RegistryError::Corrupt {
                 path,

@@ -18,10 +18,16 @@ pub enum RegistryError {
     #[error("{path} is not a directory")]
     NotDirectory { path: PathBuf },
     #[error("{path} is owned by uid {owner}, not by the effective uid {euid}")]
-    ForeignOwner { path: PathBuf, owner: u32, euid: u32 },
+    ForeignOwner {
+        path: PathBuf,
+        owner: u32,
+        euid: u32,
+    },
     #[error("{path} has mode {mode:o}; it must not be accessible to group or others (chmod 700)")]
     Accessible { path: PathBuf, mode: u32 },
-    #[error("another marsh-mcp owns {path}: the development root is leased to one server at a time")]
+    #[error(
+        "another marsh-mcp owns {path}: the development root is leased to one server at a time"
+    )]
     Leased { path: PathBuf },
     #[error("cannot lock {path}: {source}")]
     Lock {
@@ -38,7 +44,9 @@ pub enum RegistryError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path} is corrupt: {reason}; refusing to guess (restore it, or start on a new empty --scope-root)")]
+    #[error(
+        "{path} is corrupt: {reason}; refusing to guess (restore it, or start on a new empty --scope-root)"
+    )]
     Corrupt { path: PathBuf, reason: String },
     #[error(
         "{path} binds this root to workspace {bound} (dev {bound_dev}, ino {bound_ino}); refusing to use it for {requested}"

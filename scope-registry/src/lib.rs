@@ -21,5 +21,5 @@ pub use error::RegistryError;
 pub use identity::DirIdentity;
 pub use lease::Lease;
 pub use owner::{ensure_owner_only_dir, verify_owner_only_dir};
-pub use registry::{Registry, ScopeRecord, ScopeState, REGISTRY_VERSION};
-pub use root::{ManagedRoot, DEFAULT_HOME_NAME};
+pub use registry::{REGISTRY_VERSION, Registry, ScopeRecord, ScopeState};
+pub use root::{DEFAULT_HOME_NAME, ManagedRoot};

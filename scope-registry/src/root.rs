@@ -2,7 +2,9 @@ use std::path::{Path, PathBuf};
 
 use crate::binding::WorkspaceBinding;
 use crate::lease::LEASE_FILE;
-use crate::{ensure_owner_only_dir, verify_owner_only_dir, DirIdentity, Lease, Registry, RegistryError};
+use crate::{
+    DirIdentity, Lease, Registry, RegistryError, ensure_owner_only_dir, verify_owner_only_dir,
+};
 
 /// The reserved home of the default scope inside a managed root.
 pub const DEFAULT_HOME_NAME: &str = "default";
@@ -126,7 +128,9 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("root");
         let mut opened = ManagedRoot::open(&root, "/ws", 1, 2).unwrap();
-        opened.update(|r| r.default.state = ScopeState::Stopped).unwrap();
+        opened
+            .update(|r| r.default.state = ScopeState::Stopped)
+            .unwrap();
         assert!(matches!(
             ManagedRoot::open(&root, "/ws", 1, 2),
             Err(RegistryError::Leased { .. })

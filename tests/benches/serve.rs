@@ -49,7 +49,10 @@ fn main() {
         drop(s);
     }
     let init_median = percentile(&mut init, 0.5);
-    println!("serve spawn -> initialize result: median {:.2} ms (n=25)", ms(init_median));
+    println!(
+        "serve spawn -> initialize result: median {:.2} ms (n=25)",
+        ms(init_median)
+    );
 
     // 2. fast round trip vs bare marsh -c true
     let mut s = Server::start(&sb, &args, &[]);
@@ -102,7 +105,10 @@ fn main() {
     let mut state = started["state"].as_str().unwrap().to_string();
     let id = started["operation_id"].as_str().unwrap().to_string();
     while state == "running" {
-        state = s.ok("operation_get", json!({"operation_id": id, "wait_ms": 55000}))["state"]
+        state = s.ok(
+            "operation_get",
+            json!({"operation_id": id, "wait_ms": 55000}),
+        )["state"]
             .as_str()
             .unwrap()
             .to_string();

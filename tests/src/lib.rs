@@ -10,11 +10,11 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 pub const PROTOCOL_VERSION: &str = "2025-06-18";
 const REPLY_TIMEOUT: Duration = Duration::from_secs(90);
@@ -45,7 +45,10 @@ pub struct Prefix {
 
 impl Prefix {
     pub fn install() -> Self {
-        let dir = tempfile::Builder::new().prefix("marsh-prefix-").tempdir().expect("prefix");
+        let dir = tempfile::Builder::new()
+            .prefix("marsh-prefix-")
+            .tempdir()
+            .expect("prefix");
         fs::create_dir(dir.path().join("bin")).expect("bin");
         for name in ["marsh-mcp", "marsh", "marshd", "sbx"] {
             let dst = dir.path().join("bin").join(name);
@@ -56,7 +59,10 @@ impl Prefix {
     }
 
     pub fn bin(&self, name: &str) -> PathBuf {
-        fs::canonicalize(self.dir.path()).expect("canonical prefix").join("bin").join(name)
+        fs::canonicalize(self.dir.path())
+            .expect("canonical prefix")
+            .join("bin")
+            .join(name)
     }
 }
 
@@ -77,10 +83,20 @@ impl Default for Sandbox {
 impl Sandbox {
     pub fn new() -> Self {
         let prefix = Prefix::install();
-        let workspace = tempfile::Builder::new().prefix("marsh-ws-").tempdir().expect("workspace");
-        let state = tempfile::Builder::new().prefix("marsh-state-").tempdir().expect("state");
+        let workspace = tempfile::Builder::new()
+            .prefix("marsh-ws-")
+            .tempdir()
+            .expect("workspace");
+        let state = tempfile::Builder::new()
+            .prefix("marsh-state-")
+            .tempdir()
+            .expect("state");
         fs::create_dir(state.path().join("user")).expect("user home");
-        Self { prefix, workspace, state }
+        Self {
+            prefix,
+            workspace,
+            state,
+        }
     }
 
     pub fn workspace(&self) -> PathBuf {
@@ -102,26 +118,22 @@ impl Sandbox {
 
     /// `serve --workspace W --home H --sbx S` (plus `extra`).
     pub fn serve_home_args(&self, extra: &[&str]) -> Vec<String> {
-        let mut args = vec![
-            "serve".to_string(),
-            "--workspace".into(),
-            self.workspace().display().to_string(),
-            "--home".into(),
-            self.home().display().to_string(),
-            "--sbx".into(),
-            self.prefix.bin("sbx").display().to_string(),
-        ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        args
+        self.serve_args("--home", &self.home(), extra)
     }
 
+    /// `serve --workspace W --scope-root R --sbx S` (plus `extra`).
     pub fn serve_root_args(&self, extra: &[&str]) -> Vec<String> {
+        self.serve_args("--scope-root", &self.root(), extra)
+    }
+
+    /// Index 2 is the workspace, 4 the home or root, 6 the sbx: tests edit them in place.
+    fn serve_args(&self, flag: &str, place: &Path, extra: &[&str]) -> Vec<String> {
         let mut args = vec![
             "serve".to_string(),
             "--workspace".into(),
             self.workspace().display().to_string(),
-            "--scope-root".into(),
-            self.root().display().to_string(),
+            flag.into(),
+            place.display().to_string(),
             "--sbx".into(),
             self.prefix.bin("sbx").display().to_string(),
         ];
@@ -152,7 +164,10 @@ impl Sandbox {
             .stdin(Stdio::null())
             .output()
             .expect("run marsh-mcp");
-        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     /// Every line of the stand-in's invocation log in `home`.
@@ -160,23 +175,29 @@ impl Sandbox {
         let Ok(text) = fs::read_to_string(home.join(".shim/invocations.jsonl")) else {
             return Vec::new();
         };
-        text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+        text.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
     }
 
     fn daemon_pids(&self) -> Vec<i32> {
         let mut pids = Vec::new();
         let mut stack = vec![self.state()];
         while let Some(dir) = stack.pop() {
-            let Ok(entries) = fs::read_dir(&dir) else { continue };
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
             for entry in entries.flatten() {
                 let path = entry.path();
                 let Ok(ft) = entry.file_type() else { continue };
                 if ft.is_dir() && !ft.is_symlink() {
                     stack.push(path);
-                } else if path.ends_with("daemon/pid") {
-                    if let Some(pid) = fs::read_to_string(&path).ok().and_then(|s| s.trim().parse().ok()) {
-                        pids.push(pid);
-                    }
+                } else if path.ends_with("daemon/pid")
+                    && let Some(pid) = fs::read_to_string(&path)
+                        .ok()
+                        .and_then(|s| s.trim().parse().ok())
+                {
+                    pids.push(pid);
                 }
             }
         }
@@ -188,7 +209,10 @@ impl Drop for Sandbox {
     fn drop(&mut self) {
         for pid in self.daemon_pids() {
             if pid > 1 {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
             }
         }
     }
@@ -233,7 +257,9 @@ impl Server {
                 if n == 0 {
                     return;
                 }
-                sink.lock().expect("stderr sink").extend_from_slice(&buf[..n]);
+                sink.lock()
+                    .expect("stderr sink")
+                    .extend_from_slice(&buf[..n]);
             }
         });
         Self {
@@ -249,7 +275,11 @@ impl Server {
     pub fn start(sandbox: &Sandbox, args: &[String], env: &[(&str, &str)]) -> Self {
         let mut server = Self::spawn(sandbox.marsh_mcp(args, env));
         let init = server.initialize();
-        assert!(init.get("result").is_some(), "initialize failed: {init}; stderr: {}", server.stderr());
+        assert!(
+            init.get("result").is_some(),
+            "initialize failed: {init}; stderr: {}",
+            server.stderr()
+        );
         server
     }
 
@@ -279,10 +309,7 @@ impl Server {
 
     /// The next message from the server, whatever it is.
     pub fn recv(&self, timeout: Duration) -> Option<Value> {
-        match self.replies.recv_timeout(timeout) {
-            Ok(v) => Some(v),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => None,
-        }
+        self.replies.recv_timeout(timeout).ok()
     }
 
     /// Sends a request and returns the reply with the same id (skipping notifications).
@@ -329,7 +356,10 @@ impl Server {
             .unwrap_or_else(|| panic!("tools/call {name} failed at protocol level: {reply}"));
         let envelope = result["structuredContent"].clone();
         assert_eq!(
-            result.get("isError").and_then(Value::as_bool).unwrap_or(false),
+            result
+                .get("isError")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
             envelope["ok"] == json!(false),
             "isError must mirror ok: {result}"
         );
@@ -346,8 +376,15 @@ impl Server {
     /// Calls a tool expecting failure and returns `error.kind`.
     pub fn err_kind(&mut self, name: &str, arguments: Value) -> String {
         let envelope = self.call(name, arguments);
-        assert_eq!(envelope["ok"], json!(false), "{name} unexpectedly succeeded: {envelope}");
-        envelope["error"]["kind"].as_str().expect("kind").to_string()
+        assert_eq!(
+            envelope["ok"],
+            json!(false),
+            "{name} unexpectedly succeeded: {envelope}"
+        );
+        envelope["error"]["kind"]
+            .as_str()
+            .expect("kind")
+            .to_string()
     }
 
     /// Closes stdin and waits (bounded) for a clean exit.
@@ -358,7 +395,10 @@ impl Server {
             if let Some(status) = self.child.try_wait().expect("wait") {
                 return status;
             }
-            assert!(Instant::now() < deadline, "marsh-mcp did not exit after stdin EOF");
+            assert!(
+                Instant::now() < deadline,
+                "marsh-mcp did not exit after stdin EOF"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -374,7 +414,10 @@ impl Drop for Server {
 /// Polls `operation_get` until the operation ends.
 pub fn wait_op(server: &mut Server, id: &str) -> Value {
     for _ in 0..40 {
-        let data = server.ok("operation_get", json!({"operation_id": id, "wait_ms": 5000}));
+        let data = server.ok(
+            "operation_get",
+            json!({"operation_id": id, "wait_ms": 5000}),
+        );
         if data["wait_result"] == "ended" {
             return data;
         }
@@ -384,5 +427,7 @@ pub fn wait_op(server: &mut Server, id: &str) -> Value {
 
 pub fn decode_b64(s: &str) -> Vec<u8> {
     use base64::Engine;
-    base64::engine::general_purpose::STANDARD.decode(s).expect("base64")
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .expect("base64")
 }

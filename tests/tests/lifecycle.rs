@@ -1,8 +1,9 @@
 //! prewarm, workers_reset, doctor and qualify against the stand-in.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
 
-use marsh_tests::{wait_op, Sandbox, Server};
+use marsh_tests::{Sandbox, Server, wait_op};
 use serde_json::json;
 
 fn register_kit(home: &std::path::Path, name: &str) {
@@ -23,14 +24,27 @@ fn prewarm_warms_workers_and_workers_reset_cools_them() {
     assert_eq!(warm["state"], "succeeded", "{warm}");
     let status = s.ok("status", json!({}));
     let workers = status["runtime"]["workers"].as_array().unwrap();
-    assert!(workers.iter().any(|w| w["name"] == "alpha" && w["state"] == "warm"), "{status}");
+    assert!(
+        workers
+            .iter()
+            .any(|w| w["name"] == "alpha" && w["state"] == "warm"),
+        "{status}"
+    );
     let run = s.ok("shell_run", json!({"command": "alpha one two"}));
     assert_eq!(run["stdout_text"], "kit-ran one two\n", "{run}");
-    let reset = s.ok("workers_reset", json!({"selection": "alpha", "wait_ms": 30000}));
+    let reset = s.ok(
+        "workers_reset",
+        json!({"selection": "alpha", "wait_ms": 30000}),
+    );
     assert_eq!(reset["state"], "succeeded", "{reset}");
     let status = s.ok("status", json!({}));
     let workers = status["runtime"]["workers"].as_array().unwrap();
-    assert!(workers.iter().any(|w| w["name"] == "alpha" && w["state"] == "cold"), "{status}");
+    assert!(
+        workers
+            .iter()
+            .any(|w| w["name"] == "alpha" && w["state"] == "cold"),
+        "{status}"
+    );
 }
 
 #[test]
@@ -46,7 +60,10 @@ fn workers_reset_meeting_active_work_is_busy_and_runs_wait_for_lifecycle() {
     let run = s.ok("shell_run", json!({"command": "beta", "wait_ms": 0}));
     let run_id = run["operation_id"].as_str().unwrap().to_string();
     std::thread::sleep(std::time::Duration::from_millis(800));
-    let reset = s.ok("workers_reset", json!({"selection": "beta", "wait_ms": 30000}));
+    let reset = s.ok(
+        "workers_reset",
+        json!({"selection": "beta", "wait_ms": 30000}),
+    );
     assert_eq!(reset["state"], "failed", "{reset}");
     assert_eq!(reset["error"]["kind"], "scope_busy", "{reset}");
     s.ok("operation_cancel", json!({"operation_id": run_id}));
@@ -55,13 +72,22 @@ fn workers_reset_meeting_active_work_is_busy_and_runs_wait_for_lifecycle() {
     fs::create_dir_all(sb.home().join(".shim/hang")).unwrap();
     fs::write(sb.home().join(".shim/hang/load"), "3000").unwrap();
     let warm = s.ok("prewarm", json!({"selection": "all", "wait_ms": 0}));
-    assert_eq!(s.err_kind("shell_run", json!({"command": "true"})), "scope_busy");
+    assert_eq!(
+        s.err_kind("shell_run", json!({"command": "true"})),
+        "scope_busy"
+    );
     assert_eq!(s.err_kind("workers_reset", json!({})), "scope_busy");
     // Reads stay available during prewarm.
-    assert_eq!(s.ok("status", json!({}))["lifecycle_in_progress"], "prewarm");
+    assert_eq!(
+        s.ok("status", json!({}))["lifecycle_in_progress"],
+        "prewarm"
+    );
     let id = warm["operation_id"].as_str().unwrap().to_string();
     assert_eq!(wait_op(&mut s, &id)["state"], "succeeded");
-    assert_eq!(s.ok("shell_run", json!({"command": "true"}))["state"], "succeeded");
+    assert_eq!(
+        s.ok("shell_run", json!({"command": "true"}))["state"],
+        "succeeded"
+    );
 }
 
 #[test]
@@ -72,7 +98,12 @@ fn injected_backend_failure_is_reported_typed() {
     fs::write(sb.home().join(".shim/fail/status"), "1").unwrap();
     let envelope = s.call("status", json!({}));
     assert_eq!(envelope["error"]["kind"], "backend_failed");
-    assert!(envelope["error"]["message"].as_str().unwrap().contains("injected failure"));
+    assert!(
+        envelope["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("injected failure")
+    );
 }
 
 #[test]
@@ -84,9 +115,18 @@ fn doctor_reports_health_without_host_paths() {
     assert_eq!(doctor["healthy"], true, "{doctor}");
     let text = doctor.to_string();
     for path in [sb.home(), sb.workspace(), sb.prefix.bin("marsh")] {
-        assert!(!text.contains(&path.display().to_string()), "doctor leaked {}", path.display());
+        assert!(
+            !text.contains(&path.display().to_string()),
+            "doctor leaked {}",
+            path.display()
+        );
     }
-    assert!(doctor["server_name"].as_str().unwrap().starts_with("marsh-dev-"));
+    assert!(
+        doctor["server_name"]
+            .as_str()
+            .unwrap()
+            .starts_with("marsh-dev-")
+    );
 }
 
 #[test]
@@ -104,7 +144,12 @@ fn qualify_is_disabled_by_default_and_runs_the_fixed_recipe_when_enabled() {
     let q = s.ok("qualify", json!({"gate": "source", "wait_ms": 30000}));
     assert_eq!(q["state"], "succeeded", "{q}");
     assert_eq!(q["make_target"], "test");
-    assert!(q["stdout_text"].as_str().unwrap().contains("evidence: target/qualify/source.log"));
+    assert!(
+        q["stdout_text"]
+            .as_str()
+            .unwrap()
+            .contains("evidence: target/qualify/source.log")
+    );
     let perf = s.ok("qualify", json!({"gate": "perf", "wait_ms": 30000}));
     assert_eq!(perf["state"], "failed");
 }

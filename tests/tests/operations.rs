@@ -1,9 +1,10 @@
 //! The operation model: the global cap, wait_ms and background running, byte cursors,
 //! timeouts and cancellation (tool and MCP notification), and a usable server after.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 
-use marsh_tests::{wait_op, Sandbox, Server};
+use marsh_tests::{Sandbox, Server, wait_op};
 use serde_json::json;
 
 fn server(sb: &Sandbox) -> Server {
@@ -20,7 +21,12 @@ fn five_concurrent_long_runs_give_exactly_one_capacity_exhausted() {
         let envelope = s.call("shell_run", json!({"command": "sleep 30", "wait_ms": 0}));
         if envelope["ok"] == true {
             assert_eq!(envelope["data"]["state"], "running");
-            ids.push(envelope["data"]["operation_id"].as_str().unwrap().to_string());
+            ids.push(
+                envelope["data"]["operation_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
         } else {
             assert_eq!(envelope["error"]["kind"], "capacity_exhausted");
             assert_eq!(envelope["error"]["retryable"], true);
@@ -45,7 +51,10 @@ fn timeout_ends_in_timed_out_and_the_server_stays_usable() {
     let sb = Sandbox::new();
     let mut s = server(&sb);
     let started = Instant::now();
-    let data = s.ok("shell_run", json!({"command": "echo begin; sleep 30", "timeout_ms": 300}));
+    let data = s.ok(
+        "shell_run",
+        json!({"command": "echo begin; sleep 30", "timeout_ms": 300}),
+    );
     assert_eq!(data["state"], "timed_out");
     assert_eq!(data["error"]["kind"], "timed_out");
     assert_eq!(data["stdout_text"], "begin\n");
@@ -62,7 +71,10 @@ fn mcp_cancelled_notification_cancels_the_inline_run() {
     s.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
         "params": {"name": "shell_run", "arguments": {"command": "sleep 30", "wait_ms": 20000}}}));
     std::thread::sleep(Duration::from_millis(500));
-    s.notify("notifications/cancelled", json!({"requestId": id, "reason": "test"}));
+    s.notify(
+        "notifications/cancelled",
+        json!({"requestId": id, "reason": "test"}),
+    );
     // The cancelled request gets no result; find the operation through a new run's view.
     std::thread::sleep(Duration::from_millis(300));
     let data = s.ok("shell_run", json!({"command": "echo still-serving"}));
@@ -73,9 +85,17 @@ fn mcp_cancelled_notification_cancels_the_inline_run() {
     while ids.len() < 4 {
         let envelope = s.call("shell_run", json!({"command": "sleep 20", "wait_ms": 0}));
         if envelope["ok"] == true {
-            ids.push(envelope["data"]["operation_id"].as_str().unwrap().to_string());
+            ids.push(
+                envelope["data"]["operation_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
         } else {
-            assert!(Instant::now() < deadline, "cancelled run never released its slot");
+            assert!(
+                Instant::now() < deadline,
+                "cancelled run never released its slot"
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     }
@@ -98,7 +118,10 @@ fn background_run_reads_with_cursors_and_tail() {
     let mut since = 0;
     let mut collected = String::new();
     loop {
-        let page = s.ok("operation_output", json!({"operation_id": id, "since_seq": since, "max_bytes": 4}));
+        let page = s.ok(
+            "operation_output",
+            json!({"operation_id": id, "since_seq": since, "max_bytes": 4}),
+        );
         collected.push_str(page["stdout_text"].as_str().unwrap_or(""));
         collected.push_str(page["stderr_text"].as_str().unwrap_or(""));
         assert!(page["next_seq"].as_u64().unwrap() >= since);
@@ -109,10 +132,16 @@ fn background_run_reads_with_cursors_and_tail() {
         }
     }
     assert_eq!(collected, "line1\nline2\nline3\nline4\nline5\ndone\n");
-    let tail = s.ok("operation_output", json!({"operation_id": id, "tail_lines": 2}));
+    let tail = s.ok(
+        "operation_output",
+        json!({"operation_id": id, "tail_lines": 2}),
+    );
     assert_eq!(tail["stdout_text"], "line4\nline5\n");
     assert_eq!(
-        s.err_kind("operation_output", json!({"operation_id": id, "tail_lines": 2, "since_seq": 0})),
+        s.err_kind(
+            "operation_output",
+            json!({"operation_id": id, "tail_lines": 2, "since_seq": 0})
+        ),
         "invalid_argument"
     );
 }
@@ -122,8 +151,14 @@ fn unknown_and_malformed_operation_ids_are_typed_errors() {
     let sb = Sandbox::new();
     let mut s = server(&sb);
     let unknown = "00000000-0000-4000-8000-000000000000";
-    assert_eq!(s.err_kind("operation_get", json!({"operation_id": unknown})), "unknown_operation");
-    assert_eq!(s.err_kind("operation_cancel", json!({"operation_id": "not-a-uuid"})), "unknown_operation");
+    assert_eq!(
+        s.err_kind("operation_get", json!({"operation_id": unknown})),
+        "unknown_operation"
+    );
+    assert_eq!(
+        s.err_kind("operation_cancel", json!({"operation_id": "not-a-uuid"})),
+        "unknown_operation"
+    );
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Pinned executables are revalidated before every child: a replaced, rewritten or
 //! chmod-ed binary makes the next call fail closed with `executable_changed`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs::{self, File};
 use std::os::unix::fs::PermissionsExt;
@@ -18,9 +19,15 @@ fn replaced_marsh_fails_closed_before_any_child() {
     fs::copy(&marsh, &replacement).unwrap();
     fs::rename(&replacement, &marsh).unwrap();
     let envelope = s.call("shell_run", json!({"command": "touch should-not-exist"}));
-    assert_eq!(envelope["error"]["kind"], "executable_changed", "{envelope}");
+    assert_eq!(
+        envelope["error"]["kind"], "executable_changed",
+        "{envelope}"
+    );
     let message = envelope["error"]["message"].as_str().unwrap();
-    assert!(message.contains("marsh") && message.contains("restart"), "{message}");
+    assert!(
+        message.contains("marsh") && message.contains("restart"),
+        "{message}"
+    );
     assert_eq!(s.err_kind("status", json!({})), "executable_changed");
     assert_eq!(sb.invocations(&sb.home()).len(), before);
     assert!(!sb.workspace().join("should-not-exist").exists());
@@ -34,11 +41,24 @@ fn in_place_rewrite_with_restored_mtime_is_caught() {
     let mtime = fs::metadata(&marshd).unwrap().modified().unwrap();
     let bytes = fs::read(&marshd).unwrap();
     fs::write(&marshd, &bytes).unwrap();
-    File::options().write(true).open(&marshd).unwrap().set_modified(mtime).unwrap();
+    File::options()
+        .write(true)
+        .open(&marshd)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
     assert_eq!(fs::metadata(&marshd).unwrap().modified().unwrap(), mtime);
     let envelope = s.call("shell_run", json!({"command": "true"}));
-    assert_eq!(envelope["error"]["kind"], "executable_changed", "{envelope}");
-    assert!(envelope["error"]["message"].as_str().unwrap().contains("ctime"));
+    assert_eq!(
+        envelope["error"]["kind"], "executable_changed",
+        "{envelope}"
+    );
+    assert!(
+        envelope["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("ctime")
+    );
 }
 
 #[test]

@@ -1,11 +1,12 @@
 //! Protocol hygiene: oversized frames, malformed JSON, requests before `initialize`,
 //! repeated `initialize`, unknown versions and tools, and argument validation that
 //! rejects bad input before any child starts.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
 use marsh_tests::{Sandbox, Server};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 fn raw_server(sb: &Sandbox) -> Server {
     Server::spawn(sb.marsh_mcp(&sb.serve_home_args(&[]), &[]))
@@ -19,12 +20,23 @@ fn two_mib_frame_is_answered_and_the_session_continues() {
     frame.extend(std::iter::repeat_n(b'x', 2 * 1024 * 1024));
     frame.extend_from_slice(b"\"}}}\n");
     s.send_raw(&frame);
-    let reply = s.recv(Duration::from_secs(30)).expect("an answer to the oversized frame");
+    let reply = s
+        .recv(Duration::from_secs(30))
+        .expect("an answer to the oversized frame");
     assert_eq!(reply["error"]["code"], -32600, "{reply}");
-    assert!(reply["error"]["message"].as_str().unwrap().contains("exceeds"));
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exceeds")
+    );
     let data = s.ok("shell_run", json!({"command": "echo alive"}));
     assert_eq!(data["stdout_text"], "alive\n");
-    assert!(sb.invocations(&sb.home()).iter().all(|i| !i["argv"].to_string().contains("xxxx")));
+    assert!(
+        sb.invocations(&sb.home())
+            .iter()
+            .all(|i| !i["argv"].to_string().contains("xxxx"))
+    );
 }
 
 #[test]
@@ -44,7 +56,10 @@ fn malformed_json_and_non_jsonrpc_lines_get_errors_without_work() {
 fn requests_before_initialize_fail_cleanly_and_start_nothing() {
     let sb = Sandbox::new();
     let mut s = raw_server(&sb);
-    let reply = s.request("tools/call", json!({"name": "shell_run", "arguments": {"command": "touch pre-init"}}));
+    let reply = s.request(
+        "tools/call",
+        json!({"name": "shell_run", "arguments": {"command": "touch pre-init"}}),
+    );
     assert!(reply.get("error").is_some(), "{reply}");
     let reply = s.request("tools/list", json!({}));
     assert!(reply.get("error").is_some(), "{reply}");
@@ -97,12 +112,25 @@ fn tools_list_is_the_exact_catalog_with_closed_schemas() {
     assert_eq!(
         names,
         [
-            "doctor", "status", "results_list", "result_get", "shell_run", "prewarm", "workers_reset",
-            "operation_get", "operation_output", "operation_cancel", "qualify"
+            "doctor",
+            "status",
+            "results_list",
+            "result_get",
+            "shell_run",
+            "prewarm",
+            "workers_reset",
+            "operation_get",
+            "operation_output",
+            "operation_cancel",
+            "qualify"
         ]
     );
     for t in tools {
-        assert_eq!(t["inputSchema"]["additionalProperties"], false, "{}", t["name"]);
+        assert_eq!(
+            t["inputSchema"]["additionalProperties"], false,
+            "{}",
+            t["name"]
+        );
         assert!(t.get("outputSchema").is_some(), "{}", t["name"]);
     }
 }
@@ -113,17 +141,32 @@ fn invalid_arguments_are_rejected_before_any_child_starts() {
     let mut s = Server::start(&sb, &sb.serve_home_args(&[]), &[]);
     let cases: Vec<(&str, Value)> = vec![
         ("shell_run", json!({"command": "touch bad", "cwd": "/"})),
-        ("shell_run", json!({"command": "touch bad", "env": {"A": "1"}})),
+        (
+            "shell_run",
+            json!({"command": "touch bad", "env": {"A": "1"}}),
+        ),
         ("shell_run", json!({"command": 42})),
         ("shell_run", json!({})),
         ("shell_run", json!({"command": ""})),
         ("shell_run", json!({"command": "x".repeat(65537)})),
         ("shell_run", json!({"command": "touch bad\u{0}"})),
         ("shell_run", json!({"command": "touch bad\u{1b}[0m"})),
-        ("shell_run", json!({"command": "touch bad", "timeout_ms": 5})),
-        ("shell_run", json!({"command": "touch bad", "timeout_ms": 900001})),
-        ("shell_run", json!({"command": "touch bad", "wait_ms": 55001})),
-        ("shell_run", json!({"command": "touch bad", "timeout_ms": 1.5})),
+        (
+            "shell_run",
+            json!({"command": "touch bad", "timeout_ms": 5}),
+        ),
+        (
+            "shell_run",
+            json!({"command": "touch bad", "timeout_ms": 900001}),
+        ),
+        (
+            "shell_run",
+            json!({"command": "touch bad", "wait_ms": 55001}),
+        ),
+        (
+            "shell_run",
+            json!({"command": "touch bad", "timeout_ms": 1.5}),
+        ),
         ("result_get", json!({"selector": "../etc"})),
         ("result_get", json!({"selector": "a".repeat(65)})),
         ("prewarm", json!({"selection": "Bad Name"})),
@@ -138,5 +181,9 @@ fn invalid_arguments_are_rejected_before_any_child_starts() {
         assert_eq!(kind, "invalid_argument", "{tool} {args}");
     }
     assert!(!sb.workspace().join("bad").exists());
-    assert!(sb.invocations(&sb.home()).is_empty(), "a child ran: {:?}", sb.invocations(&sb.home()));
+    assert!(
+        sb.invocations(&sb.home()).is_empty(),
+        "a child ran: {:?}",
+        sb.invocations(&sb.home())
+    );
 }

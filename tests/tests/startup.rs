@@ -1,5 +1,6 @@
 //! Every startup refusal exits 1 with `marsh-mcp: <reason>` on stderr before any MCP
 //! byte is answered.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -10,8 +11,14 @@ use serde_json::json;
 fn refused(sb: &Sandbox, args: &[String], env: &[(&str, &str)], needle: &str) {
     let (code, stderr) = sb.startup(args, env);
     assert_eq!(code, Some(1), "expected exit 1; stderr: {stderr}");
-    assert!(stderr.starts_with("marsh-mcp: "), "stderr must start with the prefix: {stderr}");
-    assert!(stderr.contains(needle), "stderr should mention {needle:?}: {stderr}");
+    assert!(
+        stderr.starts_with("marsh-mcp: "),
+        "stderr must start with the prefix: {stderr}"
+    );
+    assert!(
+        stderr.contains(needle),
+        "stderr should mention {needle:?}: {stderr}"
+    );
 }
 
 #[test]
@@ -25,7 +32,11 @@ fn home_and_scope_root_are_mutually_exclusive() {
 #[test]
 fn missing_sbx_is_refused() {
     let sb = Sandbox::new();
-    let args = vec!["serve".to_string(), "--home".into(), sb.home().display().to_string()];
+    let args = vec![
+        "serve".to_string(),
+        "--home".into(),
+        sb.home().display().to_string(),
+    ];
     refused(&sb, &args, &[], "--sbx");
 }
 
@@ -101,7 +112,12 @@ fn writable_or_non_executable_sbx_is_refused() {
     let sb = Sandbox::new();
     let sbx = sb.prefix.bin("sbx");
     fs::set_permissions(&sbx, fs::Permissions::from_mode(0o775)).unwrap();
-    refused(&sb, &sb.serve_home_args(&[]), &[], "writable by group or others");
+    refused(
+        &sb,
+        &sb.serve_home_args(&[]),
+        &[],
+        "writable by group or others",
+    );
     fs::set_permissions(&sbx, fs::Permissions::from_mode(0o644)).unwrap();
     refused(&sb, &sb.serve_home_args(&[]), &[], "not executable");
 }
@@ -127,8 +143,16 @@ fn managed_root_refuses_unbound_populated_and_foreign_bound_roots() {
 #[test]
 fn corrupt_registry_fails_closed() {
     let sb = Sandbox::new();
-    drop(marsh_tests::Server::start(&sb, &sb.serve_root_args(&[]), &[]));
-    fs::write(sb.root().join("scopes.json"), b"{\"version\": 1, \"default\": ").unwrap();
+    drop(marsh_tests::Server::start(
+        &sb,
+        &sb.serve_root_args(&[]),
+        &[],
+    ));
+    fs::write(
+        sb.root().join("scopes.json"),
+        b"{\"version\": 1, \"default\": ",
+    )
+    .unwrap();
     refused(&sb, &sb.serve_root_args(&[]), &[], "scopes.json is corrupt");
 }
 
@@ -142,7 +166,11 @@ fn second_server_on_the_same_root_is_refused_by_the_lease() {
     assert_eq!(status["mode"], "managed");
     assert!(first.close().success());
     // Once it is gone the lease is free again.
-    drop(marsh_tests::Server::start(&sb, &sb.serve_root_args(&[]), &[]));
+    drop(marsh_tests::Server::start(
+        &sb,
+        &sb.serve_root_args(&[]),
+        &[],
+    ));
 }
 
 #[test]

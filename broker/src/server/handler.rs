@@ -1,13 +1,13 @@
 //! One MCP session: rmcp drives the protocol; this handler answers `initialize` once,
 //! lists the static catalog and dispatches calls with the session's identity.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, Implementation, InitializeRequestParams,
+    InitializeResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
@@ -60,7 +60,10 @@ impl ServerHandler for McpSession {
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, McpError> {
         if self.initialized.swap(true, Ordering::AcqRel) {
-            return Err(McpError::invalid_request("this session is already initialized", None));
+            return Err(McpError::invalid_request(
+                "this session is already initialized",
+                None,
+            ));
         }
         context.peer.set_peer_info(request.clone());
         self.negotiate_initialize(&request)
@@ -79,9 +82,20 @@ impl ServerHandler for McpSession {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        match tools::call(&self.ctx, self.session, &request.name, request.arguments, &context.ct).await {
+        match tools::call(
+            &self.ctx,
+            self.session,
+            &request.name,
+            request.arguments,
+            &context.ct,
+        )
+        .await
+        {
             Some(result) => Ok(result.into()),
-            None => Err(McpError::invalid_params(format!("unknown tool: {}", request.name), None)),
+            None => Err(McpError::invalid_params(
+                format!("unknown tool: {}", request.name),
+                None,
+            )),
         }
     }
 }
@@ -97,12 +111,20 @@ where
     let session = handler.id();
     let transport = LineTransport::spawn(read, write);
     let outcome = match handler.serve(transport).await {
-        Ok(running) => running.waiting().await.map(|_| ()).map_err(|e| e.to_string()),
+        Ok(running) => running
+            .waiting()
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
     let cancelled = ctx.ops.cancel_session(session);
     if !cancelled.is_empty() {
-        tracing::info!(session, count = cancelled.len(), "session ended; cancelling its operations");
+        tracing::info!(
+            session,
+            count = cancelled.len(),
+            "session ended; cancelling its operations"
+        );
         let never = tokio_util::sync::CancellationToken::new();
         for op in cancelled {
             op.wait_for_end(CLOSE_SETTLE, &never).await;

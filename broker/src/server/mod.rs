@@ -4,5 +4,5 @@ pub mod frames;
 mod handler;
 mod transport;
 
-pub use handler::{serve_session, McpSession};
+pub use handler::{McpSession, serve_session};
 pub use transport::LineTransport;

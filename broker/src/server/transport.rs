@@ -10,7 +10,7 @@ use std::borrow::Cow;
 
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -93,7 +93,9 @@ fn classify(frame: Frame, initialize_seen: &mut bool) -> Inbound {
             return Inbound::Reply(error_frame(
                 Value::Null,
                 -32600,
-                &format!("frame of {len} bytes exceeds the {MAX_FRAME_BYTES}-byte limit and was discarded"),
+                &format!(
+                    "frame of {len} bytes exceeds the {MAX_FRAME_BYTES}-byte limit and was discarded"
+                ),
             ));
         }
         Frame::Line(line) => line,
@@ -106,7 +108,10 @@ fn classify(frame: Frame, initialize_seen: &mut bool) -> Inbound {
         Err(_) => return Inbound::Reply(error_frame(Value::Null, -32700, "parse error: not JSON")),
     };
     let id = value.get("id").cloned();
-    let method = value.get("method").and_then(Value::as_str).map(str::to_owned);
+    let method = value
+        .get("method")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     match serde_json::from_value::<RxJsonRpcMessage<RoleServer>>(value) {
         Ok(message) => {
             match (method.as_deref(), &id) {

@@ -162,12 +162,33 @@ pub fn command(command: &str) -> Result<&str, ToolError> {
     Ok(command)
 }
 
-pub fn bounded(name: &str, value: Option<u64>, min: u64, max: u64, default: u64) -> Result<u64, ToolError> {
+pub fn bounded(
+    name: &str,
+    value: Option<u64>,
+    min: u64,
+    max: u64,
+    default: u64,
+) -> Result<u64, ToolError> {
     let v = value.unwrap_or(default);
     if v < min || v > max {
-        return Err(ToolError::invalid(format!("{name} must be {min}..{max}, got {v}")));
+        return Err(ToolError::invalid(format!(
+            "{name} must be {min}..{max}, got {v}"
+        )));
     }
     Ok(v)
+}
+
+pub fn wait(value: Option<u64>, default: u64) -> Result<std::time::Duration, ToolError> {
+    bounded("wait_ms", value, 0, WAIT_MAX_MS, default).map(std::time::Duration::from_millis)
+}
+
+pub fn timeout(value: Option<u64>, default: u64) -> Result<std::time::Duration, ToolError> {
+    bounded("timeout_ms", value, TIMEOUT_MIN_MS, TIMEOUT_MAX_MS, default)
+        .map(std::time::Duration::from_millis)
+}
+
+pub fn max_bytes(value: Option<u64>) -> Result<usize, ToolError> {
+    bounded("max_bytes", value, 1, MAX_BYTES_LIMIT, MAX_BYTES_DEFAULT).map(|v| v as usize)
 }
 
 pub fn selection(selection: Option<&str>) -> Result<String, ToolError> {
@@ -185,7 +206,9 @@ pub fn selection(selection: Option<&str>) -> Result<String, ToolError> {
     for name in &names {
         let ok = !name.is_empty()
             && name.len() <= 64
-            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
         if !ok || *name == "all" {
             return Err(ToolError::invalid(format!(
                 "selection must be `all` or comma-separated names of [a-z0-9-]{{1,64}}; {name:?} is not"
@@ -198,7 +221,9 @@ pub fn selection(selection: Option<&str>) -> Result<String, ToolError> {
 pub fn selector(selector: &str) -> Result<&str, ToolError> {
     let ok = !selector.is_empty()
         && selector.len() <= 64
-        && selector.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-');
+        && selector
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-');
     if !ok {
         return Err(ToolError::invalid("selector must be 1..64 of [0-9a-f-]"));
     }

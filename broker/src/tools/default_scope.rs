@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::args::{self, ResultGetArgs, ResultsListArgs, SelectionArgs, ShellRunArgs};
@@ -62,7 +62,14 @@ pub async fn status(ctx: &ServerContext) -> ToolResult {
         _ => Value::Null,
     };
     let runtime_state = match (&runtime, state) {
-        (Value::Object(m), _) if m.get("daemon").and_then(|d| d.get("state")).and_then(Value::as_str) == Some("running") => "present",
+        (Value::Object(m), _)
+            if m.get("daemon")
+                .and_then(|d| d.get("state"))
+                .and_then(Value::as_str)
+                == Some("running") =>
+        {
+            "present"
+        }
         (Value::Object(_), _) => "absent",
         (_, ScopeState::Stopped) => "absent",
         _ => "unknown",
@@ -86,7 +93,11 @@ pub async fn results_list(ctx: &ServerContext, raw: Option<Map<String, Value>>) 
     let home = ctx.scope.ready_home()?;
     let _permit = read_permit(ctx).await?;
     let listed = ctx.driver.query_json(Verb::Results, home).await?;
-    let all = listed.get("results").and_then(Value::as_array).cloned().unwrap_or_default();
+    let all = listed
+        .get("results")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let total = all.len();
     let results: Vec<Value> = all.into_iter().take(limit).map(strip_receipt).collect();
     Ok(json!({
@@ -102,25 +113,41 @@ pub async fn result_get(ctx: &ServerContext, raw: Option<Map<String, Value>>) ->
     let selector = args::selector(&a.selector)?;
     let home = ctx.scope.ready_home()?;
     let _permit = read_permit(ctx).await?;
-    let receipt = ctx.driver.query_json(Verb::ResultShow(selector), home).await?;
+    let receipt = ctx
+        .driver
+        .query_json(Verb::ResultShow(selector), home)
+        .await?;
     Ok(json!({"scope_id": ctx.scope.id, "result": strip_receipt(receipt)}))
 }
 
-pub async fn shell_run(ctx: &ServerContext, session: SessionId, raw: Option<Map<String, Value>>, request: &CancellationToken) -> ToolResult {
+pub async fn shell_run(
+    ctx: &ServerContext,
+    session: SessionId,
+    raw: Option<Map<String, Value>>,
+    request: &CancellationToken,
+) -> ToolResult {
     let a: ShellRunArgs = args::parse(raw)?;
     let command = args::command(&a.command)?;
-    let timeout = args::bounded("timeout_ms", a.timeout_ms, args::TIMEOUT_MIN_MS, args::TIMEOUT_MAX_MS, args::TIMEOUT_DEFAULT_MS)?;
-    let wait = args::bounded("wait_ms", a.wait_ms, 0, args::WAIT_MAX_MS, args::WAIT_DEFAULT_MS)?;
-    let max_bytes = args::bounded("max_bytes", a.max_bytes, 1, args::MAX_BYTES_LIMIT, args::MAX_BYTES_DEFAULT)?;
+    let timeout = args::timeout(a.timeout_ms, args::TIMEOUT_DEFAULT_MS)?;
+    let wait = args::wait(a.wait_ms, args::WAIT_DEFAULT_MS)?;
+    let max_bytes = args::max_bytes(a.max_bytes)?;
     let home = ctx.scope.ready_home()?;
     let run = ctx.scope.gate.try_run()?;
     let permit = ctx.cap.try_admit()?;
     let cmd = ctx.driver.command(Verb::Run(command), home)?;
-    let op = launch::start(ctx, session, OpKind::ShellRun, ctx.scope.id, Duration::from_millis(timeout), cmd, (permit, Box::new(run)))?;
+    let op = launch::start(
+        ctx,
+        session,
+        OpKind::ShellRun,
+        ctx.scope.id,
+        timeout,
+        cmd,
+        (permit, Box::new(run)),
+    )?;
     let opts = ViewOptions {
         include_base64: a.include_base64.unwrap_or(false),
     };
-    Ok(launch::report(&op, Duration::from_millis(wait), request, max_bytes as usize, opts).await)
+    Ok(launch::report(&op, wait, request, max_bytes, opts).await)
 }
 
 async fn lifecycle_op(
@@ -132,7 +159,7 @@ async fn lifecycle_op(
 ) -> ToolResult {
     let a: SelectionArgs = args::parse(raw)?;
     let selection = args::selection(a.selection.as_deref())?;
-    let wait = args::bounded("wait_ms", a.wait_ms, 0, args::WAIT_MAX_MS, args::WAIT_DEFAULT_MS)?;
+    let wait = args::wait(a.wait_ms, args::WAIT_DEFAULT_MS)?;
     let home = ctx.scope.ready_home()?;
     let (lifecycle, verb) = match kind {
         OpKind::Prewarm => (
@@ -144,25 +171,48 @@ async fn lifecycle_op(
         ),
         OpKind::WorkersReset => (Lifecycle::WorkersReset, Verb::WorkersReset(&selection)),
         OpKind::ShellRun | OpKind::Qualify => {
-            return Err(ToolError::new(ErrorKind::Internal, "not a scope lifecycle operation"));
+            return Err(ToolError::new(
+                ErrorKind::Internal,
+                "not a scope lifecycle operation",
+            ));
         }
     };
     let guard = ctx.scope.gate.try_lifecycle(lifecycle)?;
     let permit = ctx.cap.try_admit()?;
     let cmd = ctx.driver.command(verb, home)?;
-    let op = launch::start(ctx, session, kind, ctx.scope.id, LIFECYCLE_TIMEOUT, cmd, (permit, Box::new(guard)))?;
-    let opts = ViewOptions { include_base64: false };
-    let mut data = launch::report(&op, Duration::from_millis(wait), request, args::MAX_BYTES_DEFAULT as usize, opts).await;
+    let op = launch::start(
+        ctx,
+        session,
+        kind,
+        ctx.scope.id,
+        LIFECYCLE_TIMEOUT,
+        cmd,
+        (permit, Box::new(guard)),
+    )?;
+    let opts = ViewOptions {
+        include_base64: false,
+    };
+    let mut data = launch::report(&op, wait, request, args::MAX_BYTES_DEFAULT as usize, opts).await;
     if let Some(map) = data.as_object_mut() {
         map.insert("selection".into(), Value::from(selection));
     }
     Ok(data)
 }
 
-pub async fn prewarm(ctx: &ServerContext, session: SessionId, raw: Option<Map<String, Value>>, request: &CancellationToken) -> ToolResult {
+pub async fn prewarm(
+    ctx: &ServerContext,
+    session: SessionId,
+    raw: Option<Map<String, Value>>,
+    request: &CancellationToken,
+) -> ToolResult {
     lifecycle_op(ctx, session, raw, request, OpKind::Prewarm).await
 }
 
-pub async fn workers_reset(ctx: &ServerContext, session: SessionId, raw: Option<Map<String, Value>>, request: &CancellationToken) -> ToolResult {
+pub async fn workers_reset(
+    ctx: &ServerContext,
+    session: SessionId,
+    raw: Option<Map<String, Value>>,
+    request: &CancellationToken,
+) -> ToolResult {
     lifecycle_op(ctx, session, raw, request, OpKind::WorkersReset).await
 }

@@ -1,10 +1,10 @@
 //! doctor: the server's own health, limits and configuration, without host paths.
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use super::envelope::ToolResult;
 use crate::admission::GLOBAL_OPERATION_CAP;
-use crate::context::{ServerContext, READ_QUERY_CAP};
+use crate::context::{READ_QUERY_CAP, ServerContext};
 use crate::marsh::Verb;
 use crate::operations::{GLOBAL_RETAINED_BYTES, RETAINED_OPERATIONS};
 use crate::output::RETAINED_PER_STREAM;
@@ -19,24 +19,45 @@ pub async fn doctor(ctx: &ServerContext) -> ToolResult {
     for pin in ctx.driver.pins() {
         let name = format!("pinned_{}", pin.role());
         checks.push(match pin.revalidate() {
-            Ok(()) => check(&name, true, format!("identity unchanged; sha256 {}", pin.sha256_hex())),
+            Ok(()) => check(
+                &name,
+                true,
+                format!("identity unchanged; sha256 {}", pin.sha256_hex()),
+            ),
             Err(e) => check(&name, false, e.to_string()),
         });
     }
     let home = ctx.scope.verified_home();
     checks.push(match &home {
-        Ok(_) => check("scope_home", true, "owner-only and identical to the startup identity"),
+        Ok(_) => check(
+            "scope_home",
+            true,
+            "owner-only and identical to the startup identity",
+        ),
         Err(e) => check("scope_home", false, e.message.clone()),
     });
     let isolation = match home {
         Ok(home) if ctx.scope.state() == marsh_scope_registry::ScopeState::Ready => {
             match ctx.driver.query_json(Verb::Status, home).await {
                 Ok(status) => {
-                    let iso = status.pointer("/shell/isolation").and_then(Value::as_str).map(str::to_owned);
+                    let iso = status
+                        .pointer("/shell/isolation")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned);
                     match iso.as_deref() {
-                        Some("bwrap") => check("isolation", true, "project shell runs under bubblewrap"),
-                        Some(other) => check("isolation", false, format!("project shell isolation is {other}")),
-                        None => check("isolation", true, "project shell not booted yet; isolation is checked at boot"),
+                        Some("bwrap") => {
+                            check("isolation", true, "project shell runs under bubblewrap")
+                        }
+                        Some(other) => check(
+                            "isolation",
+                            false,
+                            format!("project shell isolation is {other}"),
+                        ),
+                        None => check(
+                            "isolation",
+                            true,
+                            "project shell not booted yet; isolation is checked at boot",
+                        ),
                     }
                 }
                 Err(e) => check("isolation", false, e.message),

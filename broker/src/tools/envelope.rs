@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// Stable snake_case error codes. Callers branch on these; messages are for people.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -30,7 +30,10 @@ pub enum ErrorKind {
 impl ErrorKind {
     /// Whether the same call may succeed later without anything else changing.
     pub fn retryable(self) -> bool {
-        matches!(self, Self::ScopeBusy | Self::CapacityExhausted | Self::TimedOut)
+        matches!(
+            self,
+            Self::ScopeBusy | Self::CapacityExhausted | Self::TimedOut
+        )
     }
 
     pub fn as_str(self) -> &'static str {

@@ -10,11 +10,11 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::envelope::{ErrorKind, ToolError};
-use super::views::{read_fields, ViewOptions};
+use super::views::{ViewOptions, read_fields};
 use crate::context::ServerContext;
 use crate::marsh::EXIT_BUSY;
 use crate::operations::{OpKind, OpState, Operation, SessionId};
-use crate::process::{exit_parts, supervise, Ending};
+use crate::process::{Ending, exit_parts, supervise};
 
 /// Whatever must stay held until the child is reaped (cap permit, scope guards).
 pub type Held = (OwnedSemaphorePermit, Box<dyn Send + 'static>);
@@ -52,19 +52,29 @@ fn stderr_tail(op: &Operation) -> String {
     }
 }
 
-fn interpret(op: &Operation, kind: OpKind, ending: &Ending) -> (OpState, Option<i32>, Option<i32>, Option<ToolError>) {
+fn interpret(
+    op: &Operation,
+    kind: OpKind,
+    ending: &Ending,
+) -> (OpState, Option<i32>, Option<i32>, Option<ToolError>) {
     match ending {
         Ending::SpawnFailed(err) => (
             OpState::Failed,
             None,
             None,
-            Some(ToolError::new(ErrorKind::BackendFailed, format!("cannot start the child: {err}"))),
+            Some(ToolError::new(
+                ErrorKind::BackendFailed,
+                format!("cannot start the child: {err}"),
+            )),
         ),
         Ending::TimedOut(status) => {
             let (code, signal) = status.as_ref().map_or((None, None), exit_parts);
             let error = ToolError::new(
                 ErrorKind::TimedOut,
-                format!("timed out after {} ms; the process group was signalled (SIGINT, SIGTERM, SIGKILL)", op.timeout.as_millis()),
+                format!(
+                    "timed out after {} ms; the process group was signalled (SIGINT, SIGTERM, SIGKILL)",
+                    op.timeout.as_millis()
+                ),
             );
             (OpState::TimedOut, code, signal, Some(error))
         }
@@ -97,7 +107,13 @@ fn interpret(op: &Operation, kind: OpKind, ending: &Ending) -> (OpState, Option<
 
 /// Waits up to `wait` (or until the request is cancelled, which cancels the
 /// operation too), then reports the operation with its output from the start.
-pub async fn report(op: &Arc<Operation>, wait: Duration, request: &CancellationToken, max_bytes: usize, opts: ViewOptions) -> Value {
+pub async fn report(
+    op: &Arc<Operation>,
+    wait: Duration,
+    request: &CancellationToken,
+    max_bytes: usize,
+    opts: ViewOptions,
+) -> Value {
     let status = op.wait_for_end(wait, request).await;
     if request.is_cancelled() {
         op.request_cancel();
@@ -107,7 +123,8 @@ pub async fn report(op: &Arc<Operation>, wait: Duration, request: &CancellationT
         _ => Map::new(),
     };
     let read = op.output().read_since(0, max_bytes);
-    let complete = status.state.is_terminal() && status.output_drained && !read.capped && !read.evicted;
+    let complete =
+        status.state.is_terminal() && status.output_drained && !read.capped && !read.evicted;
     data.extend(read_fields(&read, opts));
     data.insert("output_complete".into(), Value::from(complete));
     if !status.state.is_terminal() {

@@ -60,20 +60,56 @@ fn tool<T: JsonSchema>(name: &'static str, description: &'static str, read_only:
 pub fn catalog() -> Vec<Tool> {
     use args::*;
     vec![
-        tool::<NoArgs>("doctor", "Health of this server: pinned executables, scope home identity, sandbox isolation, limits and operation counts. No host paths.", true),
-        tool::<NoArgs>("status", "State of the default scope and its marsh runtime (daemon, project shell, kit workers, active jobs).", true),
-        tool::<ResultsListArgs>("results_list", "Newest durable result receipts of the default scope.", true),
-        tool::<ResultGetArgs>("result_get", "One durable result receipt of the default scope, by id or unique id prefix.", true),
+        tool::<NoArgs>(
+            "doctor",
+            "Health of this server: pinned executables, scope home identity, sandbox isolation, limits and operation counts. No host paths.",
+            true,
+        ),
+        tool::<NoArgs>(
+            "status",
+            "State of the default scope and its marsh runtime (daemon, project shell, kit workers, active jobs).",
+            true,
+        ),
+        tool::<ResultsListArgs>(
+            "results_list",
+            "Newest durable result receipts of the default scope.",
+            true,
+        ),
+        tool::<ResultGetArgs>(
+            "result_get",
+            "One durable result receipt of the default scope, by id or unique id prefix.",
+            true,
+        ),
         tool::<ShellRunArgs>(
             "shell_run",
             "Run a command in the default scope's project shell (cwd = the workspace). Returns the complete result inline if it ends within wait_ms; otherwise the operation id, state `running` and the output so far, while the command keeps running. Output fields: stdout_bytes, stdout_text, stdout_text_state (utf8|lossy|omitted|truncated), stdout_base64 when not UTF-8, the same for stderr, and byte cursors.",
             false,
         ),
-        tool::<SelectionArgs>("prewarm", "Warm the selected kit workers of the default scope (an operation).", false),
-        tool::<SelectionArgs>("workers_reset", "Reset the selected kit workers of the default scope to cold (an operation); refused while they have active work.", false),
-        tool::<OperationGetArgs>("operation_get", "State of one of this session's operations; wait_ms waits for it to end.", true),
-        tool::<OperationOutputArgs>("operation_output", "Read an operation's captured output, while running or after, with byte cursors (since_seq -> next_seq) or tail_lines.", true),
-        tool::<OperationCancelArgs>("operation_cancel", "Cancel one of this session's operations. Always ends in cancellation_uncertain: signal delivery does not prove the sandbox work stopped.", false),
+        tool::<SelectionArgs>(
+            "prewarm",
+            "Warm the selected kit workers of the default scope (an operation).",
+            false,
+        ),
+        tool::<SelectionArgs>(
+            "workers_reset",
+            "Reset the selected kit workers of the default scope to cold (an operation); refused while they have active work.",
+            false,
+        ),
+        tool::<OperationGetArgs>(
+            "operation_get",
+            "State of one of this session's operations; wait_ms waits for it to end.",
+            true,
+        ),
+        tool::<OperationOutputArgs>(
+            "operation_output",
+            "Read an operation's captured output, while running or after, with byte cursors (since_seq -> next_seq) or tail_lines.",
+            true,
+        ),
+        tool::<OperationCancelArgs>(
+            "operation_cancel",
+            "Cancel one of this session's operations. Always ends in cancellation_uncertain: signal delivery does not prove the sandbox work stopped.",
+            false,
+        ),
         tool::<QualifyArgs>(
             "qualify",
             "Run the repository's fixed qualification recipe (/usr/bin/make test|acceptance-smoke|acceptance|perf) in the workspace as the host user. Disabled unless the server was started with --allow-full-sbx-control.",
@@ -103,7 +139,9 @@ pub async fn call(
         "workers_reset" => default_scope::workers_reset(ctx, session, arguments, request).await,
         "operation_get" => operation_tools::operation_get(ctx, session, arguments, request).await,
         "operation_output" => operation_tools::operation_output(ctx, session, arguments).await,
-        "operation_cancel" => operation_tools::operation_cancel(ctx, session, arguments, request).await,
+        "operation_cancel" => {
+            operation_tools::operation_cancel(ctx, session, arguments, request).await
+        }
         "qualify" => qualify::qualify(ctx, session, arguments, request).await,
         _ => return None,
     };
@@ -120,7 +158,12 @@ mod tests {
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
         assert_eq!(names, TOOL_NAMES);
         for t in &tools {
-            assert_eq!(t.input_schema.get("additionalProperties"), Some(&Value::Bool(false)), "{}", t.name);
+            assert_eq!(
+                t.input_schema.get("additionalProperties"),
+                Some(&Value::Bool(false)),
+                "{}",
+                t.name
+            );
         }
     }
 }

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::args::{self, OperationCancelArgs, OperationGetArgs, OperationOutputArgs};
 use super::envelope::{ToolError, ToolResult};
-use super::views::{read_fields, ViewOptions};
+use super::views::{ViewOptions, read_fields};
 use crate::context::ServerContext;
 use crate::operations::SessionId;
 
@@ -22,22 +22,40 @@ fn object(v: Value) -> Map<String, Value> {
     }
 }
 
-pub async fn operation_get(ctx: &ServerContext, session: SessionId, raw: Option<Map<String, Value>>, request: &CancellationToken) -> ToolResult {
+pub async fn operation_get(
+    ctx: &ServerContext,
+    session: SessionId,
+    raw: Option<Map<String, Value>>,
+    request: &CancellationToken,
+) -> ToolResult {
     let a: OperationGetArgs = args::parse(raw)?;
-    let wait = args::bounded("wait_ms", a.wait_ms, 0, args::WAIT_MAX_MS, 0)?;
+    let wait = args::wait(a.wait_ms, 0)?;
     let op = ctx.ops.get(&a.operation_id, session)?;
-    let status = op.wait_for_end(Duration::from_millis(wait), request).await;
+    let status = op.wait_for_end(wait, request).await;
     let mut data = object(op.describe());
-    data.insert("wait_result".into(), Value::from(if status.state.is_terminal() { "ended" } else { "deadline_reached" }));
+    data.insert(
+        "wait_result".into(),
+        Value::from(if status.state.is_terminal() {
+            "ended"
+        } else {
+            "deadline_reached"
+        }),
+    );
     data.insert("output_drained".into(), Value::from(status.output_drained));
     Ok(Value::Object(data))
 }
 
-pub async fn operation_output(ctx: &ServerContext, session: SessionId, raw: Option<Map<String, Value>>) -> ToolResult {
+pub async fn operation_output(
+    ctx: &ServerContext,
+    session: SessionId,
+    raw: Option<Map<String, Value>>,
+) -> ToolResult {
     let a: OperationOutputArgs = args::parse(raw)?;
-    let max_bytes = args::bounded("max_bytes", a.max_bytes, 1, args::MAX_BYTES_LIMIT, args::MAX_BYTES_DEFAULT)? as usize;
+    let max_bytes = args::max_bytes(a.max_bytes)?;
     if a.tail_lines.is_some() && a.since_seq.is_some() {
-        return Err(ToolError::invalid("since_seq and tail_lines are mutually exclusive"));
+        return Err(ToolError::invalid(
+            "since_seq and tail_lines are mutually exclusive",
+        ));
     }
     let op = ctx.ops.get(&a.operation_id, session)?;
     let status = op.status();
@@ -53,21 +71,38 @@ pub async fn operation_output(ctx: &ServerContext, session: SessionId, raw: Opti
     };
     let mut data = Map::new();
     data.insert("operation_id".into(), Value::from(op.id.to_string()));
-    data.insert("state".into(), serde_json::to_value(status.state).unwrap_or(Value::Null));
+    data.insert(
+        "state".into(),
+        serde_json::to_value(status.state).unwrap_or(Value::Null),
+    );
     data.extend(read_fields(&read, opts));
     data.insert(
         "output_complete".into(),
-        Value::from(status.state.is_terminal() && status.output_drained && !read.capped && !read.evicted && a.tail_lines.is_none()),
+        Value::from(
+            status.state.is_terminal()
+                && status.output_drained
+                && !read.capped
+                && !read.evicted
+                && a.tail_lines.is_none(),
+        ),
     );
     if read.capped {
-        data.insert("hint".into(), Value::from("more output is retained: call again with since_seq = next_seq"));
+        data.insert(
+            "hint".into(),
+            Value::from("more output is retained: call again with since_seq = next_seq"),
+        );
     } else if read.evicted {
         data.insert("hint".into(), Value::from("part of the requested range exceeded retention and is gone; start_seq shows where the returned bytes begin"));
     }
     Ok(Value::Object(data))
 }
 
-pub async fn operation_cancel(ctx: &ServerContext, session: SessionId, raw: Option<Map<String, Value>>, request: &CancellationToken) -> ToolResult {
+pub async fn operation_cancel(
+    ctx: &ServerContext,
+    session: SessionId,
+    raw: Option<Map<String, Value>>,
+    request: &CancellationToken,
+) -> ToolResult {
     let a: OperationCancelArgs = args::parse(raw)?;
     let op = ctx.ops.get(&a.operation_id, session)?;
     let requested = op.request_cancel();

@@ -16,11 +16,21 @@ pub struct ViewOptions {
     pub include_base64: bool,
 }
 
-fn stream_view(map: &mut Map<String, Value>, prefix: &str, bytes: &[u8], truncated: bool, opts: ViewOptions) {
+fn stream_view(
+    map: &mut Map<String, Value>,
+    prefix: &str,
+    bytes: &[u8],
+    truncated: bool,
+    opts: ViewOptions,
+) {
     map.insert(format!("{prefix}_bytes"), Value::from(bytes.len()));
     map.insert(format!("{prefix}_truncated"), Value::from(truncated));
     let (text, state, needs_b64) = match std::str::from_utf8(bytes) {
-        Ok(text) => (text.to_owned(), if truncated { "truncated" } else { "utf8" }, false),
+        Ok(text) => (
+            text.to_owned(),
+            if truncated { "truncated" } else { "utf8" },
+            false,
+        ),
         Err(_) => (String::from_utf8_lossy(bytes).into_owned(), "lossy", true),
     };
     map.insert(format!("{prefix}_text"), Value::from(text));
@@ -55,7 +65,10 @@ pub fn read_fields(read: &ReadOut, opts: ViewOptions) -> Map<String, Value> {
     let truncated = read.capped;
     stream_view(&mut map, "stdout", &read.stdout, truncated, opts);
     stream_view(&mut map, "stderr", &read.stderr, truncated, opts);
-    fit(&mut map, [("stdout", &read.stdout), ("stderr", &read.stderr)]);
+    fit(
+        &mut map,
+        [("stdout", &read.stdout), ("stderr", &read.stderr)],
+    );
     map.insert("start_seq".into(), Value::from(read.start_seq));
     map.insert("next_seq".into(), Value::from(read.next_seq));
     map.insert("latest_seq".into(), Value::from(read.latest_seq));
@@ -83,17 +96,32 @@ mod tests {
     #[test]
     fn invalid_utf8_comes_back_exactly_in_base64() {
         let bytes = b"ok\xff\xfe\x00end";
-        let map = read_fields(&read(bytes), ViewOptions { include_base64: false });
+        let map = read_fields(
+            &read(bytes),
+            ViewOptions {
+                include_base64: false,
+            },
+        );
         assert_eq!(map["stdout_text_state"], "lossy");
         let b64 = map["stdout_base64"].as_str().unwrap();
-        assert_eq!(base64::engine::general_purpose::STANDARD.decode(b64).unwrap(), bytes);
+        assert_eq!(
+            base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .unwrap(),
+            bytes
+        );
         assert!(map.get("stderr_base64").is_none());
     }
 
     #[test]
     fn oversized_text_is_omitted_not_dropped() {
         let bytes = vec![1u8; 200 * 1024];
-        let map = read_fields(&read(&bytes), ViewOptions { include_base64: false });
+        let map = read_fields(
+            &read(&bytes),
+            ViewOptions {
+                include_base64: false,
+            },
+        );
         assert_eq!(map["stdout_text_state"], "omitted");
         assert!(map["stdout_base64"].as_str().unwrap().len() > 200 * 1024);
     }

@@ -1,5 +1,6 @@
 //! The agent inside the project shell: `marshd agent`, started by the daemon as the
-//! sandbox's main process with its daemon channel on fd 0.
+//! sandbox's main process; it receives its daemon channel over a bootstrap socket on
+//! fd 0 (see [`take_channel`]).
 //!
 //! It forks `/bin/sh -c CMD` per job (own process group, cwd = workspace, the fixed
 //! job environment, stdout/stderr = the caller's descriptors), reports each exit, kills
@@ -22,7 +23,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, mpsc};
 
-use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::error::{Context, Error, Result};
@@ -90,18 +90,35 @@ pub fn run(paths: AgentPaths) -> Result<()> {
     result
 }
 
-/// Moves the channel off fd 0 (to a close-on-exec descriptor) and puts /dev/null there.
+/// Receives the daemon channel over the bootstrap socket on fd 0, then puts
+/// /dev/null on fd 0.
+///
+/// The channel never sits on an inherited descriptor: bubblewrap's own init process
+/// keeps its stdio open for the sandbox's lifetime, and it is dumpable, so jobs could
+/// take a copy of anything on it. All it keeps is the spent bootstrap socket, whose
+/// daemon end is closed once the channel has been handed over.
 fn take_channel() -> Result<SeqPacket> {
-    let chan = nix::unistd::dup(std::io::stdin().as_fd())
-        .context(|| "duplicating the channel".to_string())?;
+    let bootstrap = nix::unistd::dup(std::io::stdin().as_fd())
+        .context(|| "duplicating the bootstrap socket".to_string())?;
     nix::fcntl::fcntl(
-        &chan,
+        &bootstrap,
         nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
     )
-    .context(|| "marking the channel close-on-exec".to_string())?;
+    .context(|| "marking the bootstrap socket close-on-exec".to_string())?;
     let null = fs::File::open("/dev/null").context(|| "opening /dev/null".to_string())?;
     nix::unistd::dup2_stdin(&null).context(|| "replacing fd 0".to_string())?;
-    Ok(SeqPacket::from_fd(chan))
+    let bootstrap = SeqPacket::from_fd(bootstrap);
+    bootstrap.set_recv_timeout(Some(std::time::Duration::from_secs(10)))?;
+    let message = bootstrap
+        .recv()?
+        .ok_or_else(|| Error::failed("the daemon closed the bootstrap socket"))?;
+    let mut fds = message.fds.into_iter();
+    match (fds.next(), fds.next()) {
+        (Some(chan), None) => Ok(SeqPacket::from_fd(chan)),
+        _ => Err(Error::Protocol(
+            "the bootstrap must carry exactly the channel".into(),
+        )),
+    }
 }
 
 impl Agent {
@@ -205,7 +222,7 @@ impl Agent {
                 return;
             }
         };
-        let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+        let pgid = util::child_pid(&child);
         lock(&self.jobs).insert(
             job,
             JobSlot {
@@ -219,7 +236,7 @@ impl Agent {
             .spawn(move || agent.wait_job(job, child));
         if let Err(e) = waiter {
             // Without a waiter nobody would report this job: kill it and report now.
-            let _ = kill(Pid::from_raw(-pgid.as_raw()), Signal::SIGKILL);
+            util::kill_group(pgid);
             lock(&self.jobs).remove(&job);
             self.report(FromAgent::SpawnFailed {
                 job,
@@ -229,14 +246,14 @@ impl Agent {
     }
 
     fn wait_job(&self, job: u64, mut child: Child) {
-        let pid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+        let pid = util::child_pid(&child);
         util::wait_exit_unreaped(pid);
         if let Some(slot) = lock(&self.jobs).get_mut(&job) {
             slot.exited = true;
         }
         // The leader is still an unreaped zombie here, so the group id is ours: kill
         // whatever the job left behind in its process group.
-        let _ = kill(Pid::from_raw(-pid.as_raw()), Signal::SIGKILL);
+        util::kill_group(pid);
         let (exit_code, signal) = match child.wait() {
             Ok(status) => (status.code(), status.signal()),
             Err(_) => (None, None),
@@ -252,13 +269,13 @@ impl Agent {
     fn cancel(&self, job: u64) {
         let jobs = lock(&self.jobs);
         if let Some(slot) = jobs.get(&job).filter(|s| !s.exited) {
-            let _ = kill(Pid::from_raw(-slot.pgid.as_raw()), Signal::SIGKILL);
+            util::kill_group(slot.pgid);
         }
     }
 
     fn kill_all(&self) {
         for slot in lock(&self.jobs).values().filter(|s| !s.exited) {
-            let _ = kill(Pid::from_raw(-slot.pgid.as_raw()), Signal::SIGKILL);
+            util::kill_group(slot.pgid);
         }
         for (_, waiter) in lock(&self.kit_waiters).drain() {
             let _ = waiter.send(KitReply::Failed {

@@ -9,9 +9,6 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
-
 use super::{Daemon, Shell};
 use crate::kits::{self, Kit};
 use crate::proto::{Bytes, EnvVar, ToAgent};
@@ -166,14 +163,14 @@ impl KitJob {
         // Close our copies of the caller's stdio so only the container holds them.
         drop(cmd);
         let mut child = spawned.map_err(|e| format!("starting kit {}: {e}", self.name))?;
-        let pid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+        let pid = util::child_pid(&child);
         if !self.daemon.kit_job_started(self.key(), pid) {
-            let _ = kill(Pid::from_raw(-pid.as_raw()), Signal::SIGKILL);
+            util::kill_group(pid);
         }
         util::wait_exit_unreaped(pid);
         // The leader is an unreaped zombie: its group id is still ours to signal.
         self.daemon.kit_job_exited(self.key());
-        let _ = kill(Pid::from_raw(-pid.as_raw()), Signal::SIGKILL);
+        util::kill_group(pid);
         match child.wait() {
             Ok(status) => Ok((status.code(), status.signal())),
             Err(e) => {

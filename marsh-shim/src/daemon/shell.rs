@@ -6,16 +6,13 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::{Duration, Instant};
-
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 
 use super::{Config, Daemon, kit_jobs};
 use crate::error::{Context, Error, Result};
@@ -155,7 +152,7 @@ fn supervise(daemon: &Arc<Daemon>, id: u64, boot: &mpsc::Sender<Result<Arc<Shell
             return;
         }
     };
-    let pgid = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+    let pgid = util::child_pid(&child);
     let shell = Arc::new(Shell {
         id,
         chan,
@@ -183,7 +180,7 @@ fn supervise(daemon: &Arc<Daemon>, id: u64, boot: &mpsc::Sender<Result<Arc<Shell
     // that lingers past the grace period is killed.
     shell.chan.shutdown();
     if !exits_within(&mut child, AGENT_GRACE) {
-        let _ = kill(Pid::from_raw(-pgid.as_raw()), Signal::SIGKILL);
+        util::kill_group(pgid);
     }
     let _ = child.wait();
     daemon.cancel_kit_jobs_of(id);
@@ -268,6 +265,9 @@ fn relay(daemon: &Arc<Daemon>, shell: &Arc<Shell>) {
 /// the channel and the kit wrapper directory as jobs see it.
 fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, PathBuf)> {
     let (ours, theirs) = SeqPacket::pair()?;
+    // The channel itself is handed over on a bootstrap socket, never inherited: see
+    // `agent::take_channel` for why.
+    let (bootstrap, agent_bootstrap) = SeqPacket::pair()?;
     let agent_env = [(OsString::from("PATH"), OsString::from("/usr/bin:/bin"))];
     let (mut cmd, kit_dir) = match &cfg.isolation {
         Isolation::Bwrap(bwrap) => {
@@ -316,14 +316,22 @@ fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, PathBuf)> {
         }
     };
     cmd.process_group(0)
-        .stdin(Stdio::from(theirs.into_fd()))
+        .stdin(Stdio::from(agent_bootstrap.into_fd()))
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let spawned = cmd.spawn();
-    // The Command still holds the agent's end of the channel: drop it now, so the
-    // agent is its only holder and its death reads as end of stream.
+    // The Command holds the sandbox's end of the bootstrap socket: close it here.
     drop(cmd);
     let mut child = spawned.context(|| "starting the project shell".to_string())?;
+    let handed_over = bootstrap.send(b"channel", &[theirs.as_fd()]);
+    // From here the agent is the only holder of its end of the channel, so its death
+    // reads as end of stream; closing the bootstrap leaves nothing on it.
+    drop((theirs, bootstrap));
+    if let Err(e) = handed_over {
+        util::kill_group(util::child_pid(&child));
+        let _ = child.wait();
+        return Err(e);
+    }
     if let Some(stderr) = child.stderr.take() {
         let _ = std::thread::Builder::new()
             .name("shell-log".into())

@@ -9,14 +9,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
-use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::{Daemon, Shell};
 use crate::error::{Error, Result};
 use crate::kits::{self, Selection};
 use crate::proto::{DaemonState, ShellState, StatusReport, WorkerReport};
-use crate::util::lock;
+use crate::util::{self, lock};
 
 /// Connections served at once; more are refused until one ends.
 const MAX_CONNECTIONS: usize = 256;
@@ -354,7 +353,7 @@ impl Daemon {
         if let Some(job) = st.kit_jobs.get_mut(&key) {
             job.cancelled = true;
             if let Some(pgid) = job.pgid {
-                let _ = kill(Pid::from_raw(-pgid.as_raw()), Signal::SIGKILL);
+                util::kill_group(pgid);
             }
         }
     }
