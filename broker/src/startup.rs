@@ -201,7 +201,7 @@ pub fn prepare(
                 ws_meta.ino(),
             )
             .map_err(|e| StartupError::Registry(Box::new(e)))?;
-            let home = managed.default_home();
+            let home = managed.scope_home(marsh_scope_registry::ScopeId::Default);
             let identity = managed.registry().default.home;
             Scope::new(home, identity, StateStore::Managed(Mutex::new(managed)))
         }

@@ -13,6 +13,7 @@ mod identity;
 mod lease;
 mod owner;
 mod registry;
+mod removal;
 mod root;
 
 pub use atomic::write_atomically;
@@ -21,5 +22,9 @@ pub use error::RegistryError;
 pub use identity::DirIdentity;
 pub use lease::Lease;
 pub use owner::{ensure_owner_only_dir, verify_owner_only_dir};
-pub use registry::{REGISTRY_VERSION, Registry, ScopeRecord, ScopeState};
-pub use root::{DEFAULT_HOME_NAME, ManagedRoot};
+pub use registry::{
+    AdmissionError, DIAGNOSTIC_LIMIT, Event, MAX_LIVE_SCOPES, MAX_RETAINED_SCOPES, Next, REGISTRY_VERSION, Registry,
+    ScopeId, ScopeRecord, ScopeState, TransitionError, transition,
+};
+pub use removal::{RemovalError, RemovalLimits, RemovalReport, remove_scope_home};
+pub use root::{DEFAULT_HOME_NAME, ManagedRoot, home_matches};
