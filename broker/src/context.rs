@@ -7,7 +7,7 @@ use tokio::sync::Semaphore;
 use crate::admission::GlobalCap;
 use crate::marsh::MarshDriver;
 use crate::operations::OperationTable;
-use crate::scope::Scope;
+use crate::scopes::ScopeSet;
 
 /// Concurrent read queries (status, results) that may hold a marsh child; reads are
 /// not operations, so they get their own small bound instead of the global cap.
@@ -19,7 +19,7 @@ pub struct ServerContext {
     /// Lowercase hex sha256 of the canonical workspace path bytes.
     pub workspace_hash: String,
     pub driver: MarshDriver,
-    pub scope: Scope,
+    pub scopes: ScopeSet,
     pub ops: OperationTable,
     pub cap: GlobalCap,
     pub reads: Semaphore,
@@ -31,14 +31,14 @@ impl ServerContext {
         workspace: PathBuf,
         workspace_hash: String,
         driver: MarshDriver,
-        scope: Scope,
+        scopes: ScopeSet,
         allow_full_sbx_control: bool,
     ) -> Self {
         Self {
             workspace,
             workspace_hash,
             driver,
-            scope,
+            scopes,
             ops: OperationTable::default(),
             cap: GlobalCap::default(),
             reads: Semaphore::new(READ_QUERY_CAP),

@@ -10,7 +10,7 @@ pub mod operations;
 pub mod output;
 pub mod pinned;
 mod process;
-pub mod scope;
+pub mod scopes;
 pub mod server;
 pub mod startup;
 pub mod tools;

@@ -21,20 +21,26 @@ pub const QUERY_TIMEOUT: Duration = Duration::from_secs(60);
 const QUERY_STDOUT_LIMIT: usize = 4 * 1024 * 1024;
 const QUERY_STDERR_LIMIT: usize = 16 * 1024;
 
-#[derive(Debug, Clone, Copy)]
-pub enum Verb<'a> {
+/// A marsh invocation. The only argv marsh-mcp ever builds comes from here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verb {
     Status,
     Results,
-    ResultShow(&'a str),
-    Run(&'a str),
-    LoadRun {
-        selection: &'a str,
-        command: &'a str,
-    },
-    WorkersReset(&'a str),
+    ResultShow(String),
+    Run(String),
+    LoadRun { selection: String, command: String },
+    WorkersReset(String),
+    Reset,
+    Stop,
 }
 
-impl Verb<'_> {
+impl Verb {
+    /// The pinned project-shell boot (and boot validation): a no-op command that
+    /// needs the daemon and the project shell up.
+    pub fn boot() -> Self {
+        Self::Run("true".into())
+    }
+
     fn argv(&self) -> Vec<OsString> {
         let v: Vec<&str> = match self {
             Self::Status => vec!["status", "--json"],
@@ -43,6 +49,8 @@ impl Verb<'_> {
             Self::Run(cmd) => vec!["-c", cmd],
             Self::LoadRun { selection, command } => vec!["--load", selection, "-c", command],
             Self::WorkersReset(sel) => vec!["workers", "reset", sel],
+            Self::Reset => vec!["reset", "--json"],
+            Self::Stop => vec!["stop", "--json"],
         };
         v.into_iter().map(OsString::from).collect()
     }
@@ -115,7 +123,7 @@ impl MarshDriver {
     }
 
     /// A ready-to-spawn marsh invocation against `home`.
-    pub fn command(&self, verb: Verb<'_>, home: &Path) -> Result<Command, ToolError> {
+    pub fn command(&self, verb: &Verb, home: &Path) -> Result<Command, ToolError> {
         self.revalidate()?;
         let mut cmd = Command::new(self.marsh.path());
         cmd.args(verb.argv()).current_dir(&self.workspace);
@@ -132,7 +140,17 @@ impl MarshDriver {
     }
 
     /// Runs a short read-only verb with bounded capture and time.
-    pub async fn query(&self, verb: Verb<'_>, home: &Path) -> Result<Captured, ToolError> {
+    pub async fn query(&self, verb: &Verb, home: &Path) -> Result<Captured, ToolError> {
+        self.query_within(verb, home, QUERY_TIMEOUT).await
+    }
+
+    /// Runs a verb to completion within `limit`, capturing bounded output.
+    pub async fn query_within(
+        &self,
+        verb: &Verb,
+        home: &Path,
+        limit: Duration,
+    ) -> Result<Captured, ToolError> {
         let mut cmd = self.command(verb, home)?;
         cmd.process_group(0)
             .stdin(Stdio::null())
@@ -152,7 +170,7 @@ impl MarshDriver {
             let status = child.wait().await;
             (out, err, status)
         };
-        match tokio::time::timeout(QUERY_TIMEOUT, work).await {
+        match tokio::time::timeout(limit, work).await {
             Ok((Ok(stdout), Ok(stderr), Ok(status))) => Ok(Captured {
                 code: status.code(),
                 stdout,
@@ -167,7 +185,7 @@ impl MarshDriver {
             )),
             Err(_) => Err(ToolError::new(
                 ErrorKind::TimedOut,
-                format!("marsh did not answer within {} s", QUERY_TIMEOUT.as_secs()),
+                format!("marsh did not answer within {} s", limit.as_secs()),
             )),
         }
     }
@@ -175,7 +193,7 @@ impl MarshDriver {
     /// Runs a read verb and parses its JSON answer, mapping marsh's failures to kinds.
     pub async fn query_json(
         &self,
-        verb: Verb<'_>,
+        verb: &Verb,
         home: &Path,
     ) -> Result<serde_json::Value, ToolError> {
         let out = self.query(verb, home).await?;

@@ -33,6 +33,10 @@ pub enum OpKind {
     Prewarm,
     WorkersReset,
     Qualify,
+    ScopeStart,
+    ScopeReset,
+    ScopeStop,
+    ScopeRemove,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -81,7 +85,8 @@ pub struct Operation {
     pub id: Uuid,
     pub owner: SessionId,
     pub kind: OpKind,
-    pub scope: &'static str,
+    /// `default`, a scope UUID, or `host` for qualification.
+    pub scope: String,
     pub created_ms: u64,
     pub timeout: Duration,
     status: watch::Sender<OpStatus>,
@@ -90,12 +95,7 @@ pub struct Operation {
 }
 
 impl Operation {
-    pub fn new(
-        owner: SessionId,
-        kind: OpKind,
-        scope: &'static str,
-        timeout: Duration,
-    ) -> Arc<Self> {
+    pub fn new(owner: SessionId, kind: OpKind, scope: String, timeout: Duration) -> Arc<Self> {
         let (status, _) = watch::channel(OpStatus {
             state: OpState::Queued,
             exit_code: None,
@@ -322,7 +322,12 @@ mod tests {
     #[test]
     fn ownership_and_bounded_retention() {
         let table = OperationTable::default();
-        let first = Operation::new(1, OpKind::ShellRun, "default", Duration::from_secs(1));
+        let first = Operation::new(
+            1,
+            OpKind::ShellRun,
+            "default".into(),
+            Duration::from_secs(1),
+        );
         table.insert(Arc::clone(&first)).unwrap();
         let id = first.id.to_string();
         assert!(table.get(&id, 1).is_ok());
@@ -332,7 +337,12 @@ mod tests {
         );
         first.finish(OpState::Succeeded, Some(0), None, None, true);
         for _ in 0..RETAINED_OPERATIONS {
-            let op = Operation::new(1, OpKind::ShellRun, "default", Duration::from_secs(1));
+            let op = Operation::new(
+                1,
+                OpKind::ShellRun,
+                "default".into(),
+                Duration::from_secs(1),
+            );
             op.finish(OpState::Succeeded, Some(0), None, None, true);
             table.insert(op).unwrap();
         }
@@ -342,7 +352,12 @@ mod tests {
 
     #[test]
     fn cancel_overrides_outcome() {
-        let op = Operation::new(1, OpKind::ShellRun, "default", Duration::from_secs(1));
+        let op = Operation::new(
+            1,
+            OpKind::ShellRun,
+            "default".into(),
+            Duration::from_secs(1),
+        );
         op.mark_running();
         assert!(op.request_cancel());
         op.finish(OpState::Succeeded, Some(0), None, None, true);

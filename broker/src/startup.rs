@@ -5,9 +5,8 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::Mutex;
 
-use marsh_scope_registry::{ManagedRoot, RegistryError, ScopeState, ensure_owner_only_dir};
+use marsh_scope_registry::{ManagedRoot, RegistryError, ensure_owner_only_dir};
 use sha2::{Digest, Sha256};
 
 use crate::child_env::{ChildEnv, ChildEnvError};
@@ -15,7 +14,7 @@ use crate::cli::ServeArgs;
 use crate::context::ServerContext;
 use crate::marsh::MarshDriver;
 use crate::pinned::{PinError, PinnedExecutable, hex};
-use crate::scope::{Scope, StateStore};
+use crate::scopes::ScopeSet;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -180,18 +179,14 @@ pub fn prepare(
     let sbx = PinnedExecutable::pin("sbx", &args.sbx, false, &forbidden)?;
     let child_env = ChildEnv::build(sbx.path(), env.iter().cloned())?;
 
-    let scope = match mode {
+    let scopes = match mode {
         Mode::Legacy(home) => {
             let identity = ensure_owner_only_dir(&home).map_err(|source| StartupError::Area {
                 what: "home",
                 path: home.clone(),
                 source: Box::new(source),
             })?;
-            Scope::new(
-                home,
-                identity,
-                StateStore::ProcessLocal(Mutex::new(ScopeState::Ready)),
-            )
+            ScopeSet::legacy(home, identity)
         }
         Mode::Managed(root) => {
             let managed = ManagedRoot::open(
@@ -201,9 +196,7 @@ pub fn prepare(
                 ws_meta.ino(),
             )
             .map_err(|e| StartupError::Registry(Box::new(e)))?;
-            let home = managed.scope_home(marsh_scope_registry::ScopeId::Default);
-            let identity = managed.registry().default.home;
-            Scope::new(home, identity, StateStore::Managed(Mutex::new(managed)))
+            ScopeSet::managed(managed)
         }
     };
     let driver = MarshDriver::new(marsh, marshd, sbx, child_env, workspace.clone());
@@ -211,7 +204,7 @@ pub fn prepare(
         workspace,
         hash,
         driver,
-        scope,
+        scopes,
         args.allow_full_sbx_control,
     ))
 }

@@ -106,7 +106,11 @@ pub enum Next {
 
 /// The scope state machine. `identity_invalid` records accept nothing but staying
 /// failed: they can be neither reset nor removed.
-pub fn transition(from: ScopeState, event: Event, identity_invalid: bool) -> Result<Next, TransitionError> {
+pub fn transition(
+    from: ScopeState,
+    event: Event,
+    identity_invalid: bool,
+) -> Result<Next, TransitionError> {
     use ScopeState as S;
     let refuse = || TransitionError::Refused {
         from: from.as_str(),
@@ -130,7 +134,13 @@ pub fn transition(from: ScopeState, event: Event, identity_invalid: bool) -> Res
         (S::Starting | S::Resetting | S::Stopping, Event::Interrupted) => S::Failed,
         (S::Ready | S::Stopped | S::Removing | S::Failed, Event::Interrupted) => from,
         (
-            S::Starting | S::Ready | S::Resetting | S::Stopping | S::Stopped | S::Removing | S::Failed,
+            S::Starting
+            | S::Ready
+            | S::Resetting
+            | S::Stopping
+            | S::Stopped
+            | S::Removing
+            | S::Failed,
             _,
         ) => return Err(refuse()),
     };
@@ -203,9 +213,13 @@ impl std::fmt::Display for ScopeId {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AdmissionError {
-    #[error("{MAX_LIVE_SCOPES} generated scopes are live (failed ones count until recovered and stopped); stop one first")]
+    #[error(
+        "{MAX_LIVE_SCOPES} generated scopes are live (failed ones count until recovered and stopped); stop one first"
+    )]
     LiveLimit,
-    #[error("{MAX_RETAINED_SCOPES} generated scope records are retained; remove a stopped one first")]
+    #[error(
+        "{MAX_RETAINED_SCOPES} generated scope records are retained; remove a stopped one first"
+    )]
     RetainedLimit,
 }
 
@@ -245,14 +259,16 @@ impl Registry {
         registry.default = raw.default;
         for (key, value) in raw.scopes {
             match ScopeId::parse(&key) {
-                Some(ScopeId::Generated(id)) => match serde_json::from_value::<ScopeRecord>(value.clone()) {
-                    Ok(record) => {
-                        registry.scopes.insert(id, record);
+                Some(ScopeId::Generated(id)) => {
+                    match serde_json::from_value::<ScopeRecord>(value.clone()) {
+                        Ok(record) => {
+                            registry.scopes.insert(id, record);
+                        }
+                        Err(_) => {
+                            registry.malformed.insert(id, value);
+                        }
                     }
-                    Err(_) => {
-                        registry.malformed.insert(id, value);
-                    }
-                },
+                }
                 Some(ScopeId::Default) | None => {
                     registry.invalid_keys.insert(key, value);
                 }
@@ -287,10 +303,11 @@ impl Registry {
         let Some(bytes) = read_state_file(&path, REGISTRY_LIMIT)? else {
             return Ok(None);
         };
-        let raw: RawRegistry = serde_json::from_slice(&bytes).map_err(|e| RegistryError::Corrupt {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
+        let raw: RawRegistry =
+            serde_json::from_slice(&bytes).map_err(|e| RegistryError::Corrupt {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
         if raw.version != REGISTRY_VERSION {
             return Err(RegistryError::Corrupt {
                 path,
@@ -301,10 +318,11 @@ impl Registry {
     }
 
     pub fn publish(&self, root: &Path) -> Result<(), RegistryError> {
-        let bytes = serde_json::to_vec_pretty(&self.to_json()).map_err(|e| RegistryError::Corrupt {
-            path: root.join(REGISTRY_FILE),
-            reason: e.to_string(),
-        })?;
+        let bytes =
+            serde_json::to_vec_pretty(&self.to_json()).map_err(|e| RegistryError::Corrupt {
+                path: root.join(REGISTRY_FILE),
+                reason: e.to_string(),
+            })?;
         write_atomically(root, REGISTRY_FILE, &bytes)
     }
 
@@ -342,7 +360,12 @@ impl Registry {
         Ok(())
     }
 
-    pub fn insert_starting(&mut self, id: Uuid, home: DirIdentity, now_ms: u64) -> Result<(), AdmissionError> {
+    pub fn insert_starting(
+        &mut self,
+        id: Uuid,
+        home: DirIdentity,
+        now_ms: u64,
+    ) -> Result<(), AdmissionError> {
         self.admit()?;
         let mut record = ScopeRecord::new(ScopeState::Starting, home, now_ms);
         record.last_operation = Some("scope_start".into());
@@ -354,7 +377,10 @@ impl Registry {
     pub fn apply(&mut self, id: ScopeId, event: Event) -> Result<Next, TransitionError> {
         let live = self.live_generated();
         let Some(record) = self.record_mut(id) else {
-            return Err(TransitionError::Refused { from: "absent", event });
+            return Err(TransitionError::Refused {
+                from: "absent",
+                event,
+            });
         };
         let next = transition(record.state, event, record.identity_invalid)?;
         if let (ScopeId::Generated(_), Next::State(state)) = (id, next)
@@ -371,7 +397,10 @@ impl Registry {
                     self.scopes.remove(&uuid);
                 }
                 ScopeId::Default => {
-                    return Err(TransitionError::Refused { from: "default", event });
+                    return Err(TransitionError::Refused {
+                        from: "default",
+                        event,
+                    });
                 }
             },
         }
@@ -387,11 +416,17 @@ impl Registry {
             .chain(self.scopes.keys().map(|id| ScopeId::Generated(*id)))
             .collect();
         for id in ids {
-            let Some(record) = self.record_mut(id) else { continue };
-            if let Ok(Next::State(next)) = transition(record.state, Event::Interrupted, record.identity_invalid)
+            let Some(record) = self.record_mut(id) else {
+                continue;
+            };
+            if let Ok(Next::State(next)) =
+                transition(record.state, Event::Interrupted, record.identity_invalid)
                 && next != record.state
             {
-                let op = record.last_operation.clone().unwrap_or_else(|| "lifecycle".into());
+                let op = record
+                    .last_operation
+                    .clone()
+                    .unwrap_or_else(|| "lifecycle".into());
                 record.fail(&op, "interrupted: marsh-mcp stopped while this operation was in flight; recover with scope_reset");
                 changed = true;
             }
@@ -445,14 +480,20 @@ mod tests {
         let again = Registry::load(tmp.path()).unwrap().unwrap();
         assert_eq!(again, reg);
         std::fs::write(tmp.path().join(REGISTRY_FILE), br#"{"version":1,"default":{"state":"ready","home":{"dev":1,"ino":2,"uid":3,"mode":1},"path":"/x"}}"#).unwrap();
-        assert!(matches!(Registry::load(tmp.path()), Err(RegistryError::Corrupt { .. })));
+        assert!(matches!(
+            Registry::load(tmp.path()),
+            Err(RegistryError::Corrupt { .. })
+        ));
     }
 
     #[test]
     fn scope_ids_are_default_or_canonical_lowercase_uuids() {
         assert_eq!(ScopeId::parse("default"), Some(ScopeId::Default));
         let id = Uuid::new_v4();
-        assert_eq!(ScopeId::parse(&id.to_string()), Some(ScopeId::Generated(id)));
+        assert_eq!(
+            ScopeId::parse(&id.to_string()),
+            Some(ScopeId::Generated(id))
+        );
         assert_eq!(ScopeId::parse(&id.to_string().to_uppercase()), None);
         assert_eq!(ScopeId::parse(&id.simple().to_string()), None);
         assert_eq!(ScopeId::parse("../x"), None);

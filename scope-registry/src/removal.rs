@@ -190,8 +190,19 @@ fn kind_of(st: &FileStat, path: &Path) -> Result<Kind, RemovalError> {
     }
 }
 
-fn io(errno: Errno) -> std::io::Error {
-    std::io::Error::from(errno)
+impl RemovalError {
+    fn open(path: &Path, errno: Errno) -> Self {
+        let (path, source) = (path.to_owned(), errno.into());
+        Self::Open { path, source }
+    }
+    fn stat(path: &Path, errno: Errno) -> Self {
+        let (path, source) = (path.to_owned(), errno.into());
+        Self::Stat { path, source }
+    }
+    fn changed(path: &Path, what: &'static str) -> Self {
+        let path = path.to_owned();
+        Self::Changed { path, what }
+    }
 }
 
 fn child_path(path: &Path, name: &CStr) -> PathBuf {
@@ -201,14 +212,8 @@ fn child_path(path: &Path, name: &CStr) -> PathBuf {
 /// `fstatat(AT_SYMLINK_NOFOLLOW)`; a vanished entry is reported as `Changed`.
 fn stat_at(dir: impl AsFd, name: &CStr, path: &Path) -> Result<FileStat, RemovalError> {
     fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).map_err(|e| match e {
-        Errno::ENOENT => RemovalError::Changed {
-            path: path.to_owned(),
-            what: "entry vanished",
-        },
-        e => RemovalError::Stat {
-            path: path.to_owned(),
-            source: io(e),
-        },
+        Errno::ENOENT => RemovalError::changed(path, "entry vanished"),
+        e => RemovalError::stat(path, e),
     })
 }
 
@@ -221,23 +226,16 @@ fn open_subdir(
     dev: u64,
     ino: u64,
 ) -> Result<Dir, RemovalError> {
-    let open_err = |e| RemovalError::Open {
-        path: path.to_owned(),
-        source: io(e),
-    };
-    let fd = openat(dir, name, DIR_FLAGS, Mode::empty()).map_err(open_err)?;
-    let st = fstat(&fd).map_err(|e| RemovalError::Stat {
-        path: path.to_owned(),
-        source: io(e),
-    })?;
-    let found = identity_of(&st);
+    let fd =
+        openat(dir, name, DIR_FLAGS, Mode::empty()).map_err(|e| RemovalError::open(path, e))?;
+    let found = identity_of(&fstat(&fd).map_err(|e| RemovalError::stat(path, e))?);
     if (found.dev, found.ino) != (dev, ino) {
-        return Err(RemovalError::Changed {
-            path: path.to_owned(),
-            what: "directory swapped while being opened",
-        });
+        return Err(RemovalError::changed(
+            path,
+            "directory swapped while being opened",
+        ));
     }
-    Dir::from_fd(fd).map_err(open_err)
+    Dir::from_fd(fd).map_err(|e| RemovalError::open(path, e))
 }
 
 /// Lists `dir` (without `.` and `..`), calling `check` on every name before keeping it.
@@ -250,7 +248,7 @@ fn list(
     for entry in dir.iter() {
         let entry = entry.map_err(|e| RemovalError::ReadDir {
             path: path.to_owned(),
-            source: io(e),
+            source: e.into(),
         })?;
         let name = entry.file_name();
         if name.to_bytes() == b"." || name.to_bytes() == b".." {
@@ -342,27 +340,18 @@ fn validate(
         Ok(c) if !name.is_empty() && !name.contains('/') && name != "." && name != ".." => c,
         _ => return Err(RemovalError::InvalidName { path: home_path }),
     };
-    let parent_fd = open(parent, DIR_FLAGS, Mode::empty()).map_err(|e| RemovalError::Open {
-        path: parent.to_owned(),
-        source: io(e),
-    })?;
+    let parent_fd =
+        open(parent, DIR_FLAGS, Mode::empty()).map_err(|e| RemovalError::open(parent, e))?;
     let st = stat_at(&parent_fd, &c_name, &home_path)?;
     match st.st_mode & libc::S_IFMT {
         libc::S_IFDIR => {}
         libc::S_IFLNK => return Err(RemovalError::IsSymlink { path: home_path }),
         _ => return Err(RemovalError::NotADirectory { path: home_path }),
     }
-    let open_err = |e| RemovalError::Open {
-        path: home_path.clone(),
-        source: io(e),
-    };
+    let open_err = |e| RemovalError::open(&home_path, e);
     let home_fd =
         openat(&parent_fd, c_name.as_c_str(), DIR_FLAGS, Mode::empty()).map_err(open_err)?;
-    let st = fstat(&home_fd).map_err(|e| RemovalError::Stat {
-        path: home_path.clone(),
-        source: io(e),
-    })?;
-    let found = identity_of(&st);
+    let found = identity_of(&fstat(&home_fd).map_err(|e| RemovalError::stat(&home_path, e))?);
     if found != expected {
         return Err(RemovalError::HomeReplaced {
             path: home_path,
@@ -409,20 +398,18 @@ fn delete_children(
         if known.contains(name) {
             Ok(())
         } else {
-            Err(RemovalError::Changed {
-                path: child_path(path, name),
-                what: "entry appeared",
-            })
+            Err(RemovalError::changed(
+                &child_path(path, name),
+                "entry appeared",
+            ))
         }
     })?;
     for node in nodes {
         let entry_path = child_path(path, &node.name);
         let id = identity_of(&stat_at(&*dir, &node.name, &entry_path)?);
         if (id.dev, id.ino) != (node.dev, node.ino) {
-            return Err(RemovalError::Changed {
-                path: entry_path,
-                what: "dev/ino differ from the validated entry",
-            });
+            let what = "dev/ino differ from the validated entry";
+            return Err(RemovalError::changed(&entry_path, what));
         }
         let flag = if node.kind == Kind::Dir {
             let mut sub = open_subdir(dir, &node.name, &entry_path, node.dev, node.ino)?;
@@ -435,7 +422,7 @@ fn delete_children(
         // follows a symlink, and RemoveDir only succeeds on an empty directory.
         unlinkat(&*dir, node.name.as_c_str(), flag).map_err(|e| RemovalError::Delete {
             path: entry_path.clone(),
-            source: io(e),
+            source: e.into(),
         })?;
         report.entries += 1;
         match node.kind {
@@ -471,7 +458,7 @@ fn delete(v: Validated) -> Result<RemovalReport, RemovalError> {
     unlinkat(&parent, name.as_c_str(), UnlinkatFlags::RemoveDir).map_err(|e| {
         RemovalError::Delete {
             path: home_path,
-            source: io(e),
+            source: e.into(),
         }
     })?;
     Ok(report)

@@ -5,7 +5,9 @@ use uuid::Uuid;
 use crate::binding::WorkspaceBinding;
 use crate::lease::LEASE_FILE;
 use crate::registry::ScopeId;
-use crate::{DirIdentity, Lease, Registry, RegistryError, ensure_owner_only_dir, verify_owner_only_dir};
+use crate::{
+    DirIdentity, Lease, Registry, RegistryError, ensure_owner_only_dir, verify_owner_only_dir,
+};
 
 /// The reserved home of the default scope inside a managed root.
 pub const DEFAULT_HOME_NAME: &str = "default";
@@ -30,7 +32,12 @@ impl ManagedRoot {
     /// Claims `root` for `workspace` in the only safe order: owner-only root, then the
     /// lease (so two starters cannot both pass the checks below), then the binding,
     /// then the default home, the registry and restart reconciliation.
-    pub fn open(root: &Path, workspace: &str, workspace_dev: u64, workspace_ino: u64) -> Result<Self, RegistryError> {
+    pub fn open(
+        root: &Path,
+        workspace: &str,
+        workspace_dev: u64,
+        workspace_ino: u64,
+    ) -> Result<Self, RegistryError> {
         let identity = ensure_owner_only_dir(root)?;
         let lease = Lease::acquire(root)?;
         let wanted = WorkspaceBinding::new(workspace, workspace_dev, workspace_ino);
@@ -38,7 +45,9 @@ impl ManagedRoot {
             Some(bound) => bound.verify(root, &wanted)?,
             None => {
                 if has_entries_besides_lease(root)? {
-                    return Err(RegistryError::Unbound { path: root.to_owned() });
+                    return Err(RegistryError::Unbound {
+                        path: root.to_owned(),
+                    });
                 }
                 wanted.publish(root)?;
             }
@@ -47,7 +56,8 @@ impl ManagedRoot {
             Some(mut registry) => {
                 // A recorded home is never recreated: a missing or replaced one becomes
                 // an identity failure for the operator, not something to paper over.
-                let changed = registry.reconcile(|id, recorded| home_matches(&scope_home_path(root, id), recorded));
+                let changed = registry
+                    .reconcile(|id, recorded| home_matches(&scope_home_path(root, id), recorded));
                 if changed {
                     registry.publish(root)?;
                 }
@@ -106,7 +116,10 @@ impl ManagedRoot {
     /// Applies `change` to a copy of the registry, publishes the copy, and only then
     /// makes it the in-memory state, so memory never runs ahead of disk. The change's
     /// own result is returned; a change that returns `Err` publishes nothing.
-    pub fn update<T, E: From<RegistryError>>(&mut self, change: impl FnOnce(&mut Registry) -> Result<T, E>) -> Result<T, E> {
+    pub fn update<T, E: From<RegistryError>>(
+        &mut self,
+        change: impl FnOnce(&mut Registry) -> Result<T, E>,
+    ) -> Result<T, E> {
         let mut next = self.registry.clone();
         let out = change(&mut next)?;
         if next != self.registry {
@@ -157,7 +170,10 @@ mod tests {
                 Ok::<_, RegistryError>(())
             })
             .unwrap();
-        assert!(matches!(ManagedRoot::open(&root, "/ws", 1, 2), Err(RegistryError::Leased { .. })));
+        assert!(matches!(
+            ManagedRoot::open(&root, "/ws", 1, 2),
+            Err(RegistryError::Leased { .. })
+        ));
         drop(opened);
         let again = ManagedRoot::open(&root, "/ws", 1, 2).unwrap();
         assert_eq!(again.registry().default.state, ScopeState::Stopped);
@@ -174,7 +190,10 @@ mod tests {
         let root = tmp.path().join("root");
         ensure_owner_only_dir(&root).unwrap();
         std::fs::write(root.join("stray"), b"x").unwrap();
-        assert!(matches!(ManagedRoot::open(&root, "/ws", 1, 2), Err(RegistryError::Unbound { .. })));
+        assert!(matches!(
+            ManagedRoot::open(&root, "/ws", 1, 2),
+            Err(RegistryError::Unbound { .. })
+        ));
         let root2 = tmp.path().join("root2");
         drop(ManagedRoot::open(&root2, "/ws", 1, 2).unwrap());
         // Build the impostor while the original still exists so its inode differs.
@@ -186,7 +205,10 @@ mod tests {
         let default = &reopened.registry().default;
         assert_eq!(default.state, ScopeState::Failed);
         assert!(default.identity_invalid);
-        assert!(root2.join(DEFAULT_HOME_NAME).exists(), "the replacement is never touched");
+        assert!(
+            root2.join(DEFAULT_HOME_NAME).exists(),
+            "the replacement is never touched"
+        );
     }
 
     #[test]
@@ -195,6 +217,9 @@ mod tests {
         let root = ManagedRoot::open(&tmp.path().join("root"), "/ws", 1, 2).unwrap();
         let id = Uuid::new_v4();
         root.create_generated_home(id).unwrap();
-        assert!(matches!(root.create_generated_home(id), Err(RegistryError::Create { .. })));
+        assert!(matches!(
+            root.create_generated_home(id),
+            Err(RegistryError::Create { .. })
+        ));
     }
 }

@@ -34,7 +34,7 @@ fn pypi_mcp_client_lists_and_calls_tools() {
     );
     let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["server"], "marsh-mcp");
-    assert_eq!(summary["tools"].as_array().unwrap().len(), 11);
+    assert_eq!(summary["tools"].as_array().unwrap().len(), 22);
     assert_eq!(
         summary["run"]["data"]["stdout_text"],
         "from-python-client\n"

@@ -80,6 +80,15 @@ pub struct SelectionArgs {
     pub wait_ms: Option<u64>,
 }
 
+/// Whole-scope lifecycle calls: only how long to wait for the operation.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WaitArgs {
+    /// Wait up to this many milliseconds for the operation to end (0..55000, default 15000).
+    #[schemars(range(min = 0, max = 55000))]
+    pub wait_ms: Option<u64>,
+}
+
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OperationGetArgs {

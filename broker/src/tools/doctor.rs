@@ -9,6 +9,7 @@ use crate::marsh::Verb;
 use crate::operations::{GLOBAL_RETAINED_BYTES, RETAINED_OPERATIONS};
 use crate::output::RETAINED_PER_STREAM;
 use crate::server::frames::MAX_FRAME_BYTES;
+use marsh_scope_registry::{ScopeId, ScopeState};
 
 fn check(name: &str, ok: bool, detail: impl Into<String>) -> Value {
     json!({"name": name, "ok": ok, "detail": detail.into()})
@@ -27,45 +28,72 @@ pub async fn doctor(ctx: &ServerContext) -> ToolResult {
             Err(e) => check(&name, false, e.to_string()),
         });
     }
-    let home = ctx.scope.verified_home();
+    let default = ctx.scopes.view(ScopeId::Default)?;
+    let home = ctx.scopes.verified_home(&default);
     checks.push(match &home {
         Ok(_) => check(
-            "scope_home",
+            "default_scope_home",
             true,
-            "owner-only and identical to the startup identity",
+            "owner-only and identical to the recorded identity",
         ),
-        Err(e) => check("scope_home", false, e.message.clone()),
+        Err(e) => check("default_scope_home", false, e.message.clone()),
     });
     let isolation = match home {
-        Ok(home) if ctx.scope.state() == marsh_scope_registry::ScopeState::Ready => {
-            match ctx.driver.query_json(Verb::Status, home).await {
-                Ok(status) => {
-                    let iso = status
-                        .pointer("/shell/isolation")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned);
-                    match iso.as_deref() {
-                        Some("bwrap") => {
-                            check("isolation", true, "project shell runs under bubblewrap")
-                        }
-                        Some(other) => check(
-                            "isolation",
-                            false,
-                            format!("project shell isolation is {other}"),
-                        ),
-                        None => check(
-                            "isolation",
-                            true,
-                            "project shell not booted yet; isolation is checked at boot",
-                        ),
+        Ok(home) if default.state() == ScopeState::Ready => {
+            match ctx.driver.query_json(&Verb::Status, &home).await {
+                Ok(status) => match status.pointer("/shell/isolation").and_then(Value::as_str) {
+                    Some("bwrap") => {
+                        check("isolation", true, "project shell runs under bubblewrap")
                     }
-                }
+                    Some(other) => check(
+                        "isolation",
+                        false,
+                        format!("project shell isolation is {other}"),
+                    ),
+                    None => check(
+                        "isolation",
+                        true,
+                        "project shell not booted yet; isolation is checked at boot",
+                    ),
+                },
                 Err(e) => check("isolation", false, e.message),
             }
         }
-        _ => check("isolation", false, "scope not ready; runtime not probed"),
+        _ => check(
+            "isolation",
+            false,
+            "default scope not ready; runtime not probed",
+        ),
     };
     checks.push(isolation);
+    let scopes = ctx.scopes.list();
+    let invalid: Vec<String> = scopes
+        .iter()
+        .filter(|v| v.identity_invalid())
+        .map(|v| v.id.to_string())
+        .collect();
+    checks.push(check(
+        "scope_identities",
+        invalid.is_empty(),
+        if invalid.is_empty() {
+            "every recorded scope home matches its identity".to_string()
+        } else {
+            format!(
+                "identity-invalid scopes (operator action needed): {}",
+                invalid.join(", ")
+            )
+        },
+    ));
+    let (live_scopes, retained_scopes, invalid_keys) = ctx.scopes.counts();
+    checks.push(check(
+        "registry_keys",
+        invalid_keys == 0,
+        if invalid_keys == 0 {
+            "every registry entry has a valid scope id".to_string()
+        } else {
+            format!("{invalid_keys} registry entries under invalid keys are preserved and hidden; inspect scopes.json")
+        },
+    ));
     let (live, retained) = ctx.ops.counts();
     let healthy = checks.iter().all(|c| c["ok"] == true);
     Ok(json!({
@@ -73,8 +101,9 @@ pub async fn doctor(ctx: &ServerContext) -> ToolResult {
         "version": env!("CARGO_PKG_VERSION"),
         "server_name": ctx.server_name(),
         "workspace_hash": ctx.workspace_hash,
-        "mode": ctx.scope.mode(),
-        "scope_state": ctx.scope.state().as_str(),
+        "mode": ctx.scopes.mode(),
+        "default_scope_state": default.state().as_str(),
+        "scopes": {"live_generated": live_scopes, "retained_generated": retained_scopes, "listed": scopes.len()},
         "full_sbx_control": ctx.allow_full_sbx_control,
         "checks": checks,
         "child_environment": ctx.driver.env().names(true),

@@ -1,14 +1,15 @@
 //! qualify: the one tool that runs a non-marsh host program, and only with
 //! `--allow-full-sbx-control`: `/usr/bin/make <fixed target>` in the workspace.
 
-use std::path::Path;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::args::{self, QualifyArgs};
 use super::envelope::{ErrorKind, ToolError, ToolResult};
-use super::launch;
+use super::launch::{self, Plan, Step};
 use super::views::ViewOptions;
 use crate::context::ServerContext;
 use crate::operations::{OpKind, SessionId};
@@ -16,7 +17,7 @@ use crate::operations::{OpKind, SessionId};
 pub const MAKE: &str = "/usr/bin/make";
 
 pub async fn qualify(
-    ctx: &ServerContext,
+    ctx: &Arc<ServerContext>,
     session: SessionId,
     raw: Option<Map<String, Value>>,
     request: &CancellationToken,
@@ -32,16 +33,17 @@ pub async fn qualify(
     }
     let target = a.gate.make_target();
     let permit = ctx.cap.try_admit()?;
-    let cmd = ctx.driver.host_command(Path::new(MAKE), &[target]);
-    let op = launch::start(
-        ctx,
-        session,
-        OpKind::Qualify,
-        "host",
+    let plan = Plan {
+        kind: OpKind::Qualify,
+        scope: "host".into(),
+        home: ctx.workspace.clone(),
         timeout,
-        cmd,
-        (permit, Box::new(())),
-    )?;
+        steps: vec![Step::Host {
+            program: PathBuf::from(MAKE),
+            args: vec![target.to_owned()],
+        }],
+    };
+    let op = launch::start(ctx, session, plan, (Some(permit), Box::new(())), None)?;
     let mut data = launch::report(
         &op,
         wait,

@@ -1,0 +1,312 @@
+//! Whole-scope lifecycle: scope_start, scope_list, scope_reset, scope_stop,
+//! scope_remove. Each persists its transitional state before any child starts and its
+//! outcome before the operation reports its end.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use marsh_scope_registry::{Event, ScopeId, ScopeState};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::args::{self, WaitArgs};
+use super::envelope::{ErrorKind, ToolError, ToolResult};
+use super::launch::{self, Finish, Outcome, Plan, Step, Verdict};
+use super::scope_work::is_busy;
+use super::views::ViewOptions;
+use crate::admission::Lifecycle;
+use crate::context::ServerContext;
+use crate::marsh::Verb;
+use crate::operations::{OpKind, OpState, Operation, SessionId};
+use crate::scopes::{ScopeView, home_name};
+use marsh_scope_registry::{MAX_LIVE_SCOPES, MAX_RETAINED_SCOPES};
+
+/// The bound of every exact whole-scope lifecycle step.
+const SCOPE_LIFECYCLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+fn op_name(kind: OpKind) -> &'static str {
+    match kind {
+        OpKind::ScopeStart => "scope_start",
+        OpKind::ScopeReset => "scope_reset",
+        OpKind::ScopeStop => "scope_stop",
+        OpKind::ScopeRemove => "scope_remove",
+        OpKind::ShellRun => "shell_run",
+        OpKind::Prewarm => "prewarm",
+        OpKind::WorkersReset => "workers_reset",
+        OpKind::Qualify => "qualify",
+    }
+}
+
+/// Turns a lifecycle plan's outcome into the registry transition and the verdict.
+/// A cancelled or failed step leaves the scope failed (inspectable, recoverable with
+/// scope_reset); marsh's busy refusal after a proven boot leaves it ready.
+fn lifecycle_finish(id: ScopeId, kind: OpKind) -> Finish {
+    Box::new(
+        move |ctx: &ServerContext, op: &Operation, outcome: &Outcome| {
+            let name = op_name(kind);
+            let cancelled = op.cancel_token().is_cancelled();
+            let (event, error) = if outcome.succeeded() && !cancelled {
+                (Event::Succeeded, None)
+            } else if cancelled {
+                (
+                    Event::Failed,
+                    Some(ToolError::new(
+                        ErrorKind::BackendFailed,
+                        format!("{name} was cancelled; the runtime state is uncertain"),
+                    )),
+                )
+            } else if let Some(error) = &outcome.error {
+                (Event::Failed, Some(error.clone()))
+            } else if matches!(outcome.failed, Some(Step::Marsh(Verb::Reset | Verb::Stop)))
+                && is_busy(outcome.exit_code())
+            {
+                (
+                    Event::RefusedBusy,
+                    Some(ToolError::new(
+                        ErrorKind::ScopeBusy,
+                        launch::stderr_tail(op),
+                    )),
+                )
+            } else {
+                let base = launch::default_verdict(op, outcome);
+                let error = base.error.unwrap_or_else(|| {
+                    ToolError::new(ErrorKind::BackendFailed, launch::stderr_tail(op))
+                });
+                (Event::Failed, Some(error))
+            };
+            let diagnostic = error.as_ref().map(|e| e.message.clone());
+            let persisted = ctx.scopes.apply(id, event, name, diagnostic.as_deref());
+            let state = match (&error, event) {
+                (None, _) => OpState::Succeeded,
+                (Some(e), _) if e.kind == ErrorKind::TimedOut => OpState::TimedOut,
+                _ => OpState::Failed,
+            };
+            match persisted {
+                Ok(_) => Verdict { state, error },
+                Err(persist) => Verdict {
+                    state: OpState::Failed,
+                    error: Some(persist),
+                },
+            }
+        },
+    )
+}
+
+async fn start_lifecycle(
+    ctx: &Arc<ServerContext>,
+    session: SessionId,
+    view: &ScopeView,
+    kind: OpKind,
+    steps: Vec<Step>,
+    held: launch::Held,
+    wait: Duration,
+    request: &CancellationToken,
+) -> ToolResult {
+    let plan = Plan {
+        kind,
+        scope: view.id.to_string(),
+        home: view.home.clone(),
+        timeout: SCOPE_LIFECYCLE_TIMEOUT,
+        steps,
+    };
+    let op = launch::start(
+        ctx,
+        session,
+        plan,
+        held,
+        Some(lifecycle_finish(view.id, kind)),
+    )?;
+    let mut data = launch::report(
+        &op,
+        wait,
+        request,
+        args::MAX_BYTES_DEFAULT as usize,
+        ViewOptions {
+            include_base64: false,
+        },
+    )
+    .await;
+    if let (Some(map), Ok(now)) = (data.as_object_mut(), ctx.scopes.view(view.id)) {
+        map.insert("scope".into(), now.describe());
+    }
+    Ok(data)
+}
+
+pub async fn scope_start(
+    ctx: &Arc<ServerContext>,
+    session: SessionId,
+    raw: Option<Map<String, Value>>,
+    request: &CancellationToken,
+) -> ToolResult {
+    let _: args::NoArgs = args::parse(raw)?;
+    if !ctx.scopes.is_managed() {
+        return Err(ToolError::new(
+            ErrorKind::Disabled,
+            "scope_start needs managed mode (--scope-root); this server runs a single legacy scope",
+        ));
+    }
+    let permit = ctx.cap.try_admit()?;
+    ctx.driver.revalidate()?;
+    let view = ctx.scopes.create()?;
+    let guard = ctx
+        .scopes
+        .gate(view.id)
+        .try_lifecycle(Lifecycle::Exclusive("scope_start"))?;
+    let wait = Duration::from_millis(args::WAIT_DEFAULT_MS);
+    let steps = vec![Step::Marsh(Verb::boot())];
+    let mut data = start_lifecycle(
+        ctx,
+        session,
+        &view,
+        OpKind::ScopeStart,
+        steps,
+        (Some(permit), Box::new(guard)),
+        wait,
+        request,
+    )
+    .await?;
+    if let Some(map) = data.as_object_mut() {
+        map.insert("scope_id".into(), Value::from(view.id.to_string()));
+    }
+    Ok(data)
+}
+
+pub fn scope_list(ctx: &ServerContext, raw: Option<Map<String, Value>>) -> ToolResult {
+    let _: args::NoArgs = args::parse(raw)?;
+    let scopes: Vec<Value> = ctx.scopes.list().iter().map(ScopeView::describe).collect();
+    let (live, retained, _) = ctx.scopes.counts();
+    Ok(json!({
+        "mode": ctx.scopes.mode(),
+        "scopes": scopes,
+        "live_generated": live,
+        "retained_generated": retained,
+        "limits": {"live_generated": MAX_LIVE_SCOPES, "retained_generated": MAX_RETAINED_SCOPES},
+    }))
+}
+
+pub async fn scope_reset(
+    ctx: &Arc<ServerContext>,
+    session: SessionId,
+    view: &ScopeView,
+    raw: Option<Map<String, Value>>,
+    request: &CancellationToken,
+) -> ToolResult {
+    let a: WaitArgs = args::parse(raw)?;
+    let wait = args::wait(a.wait_ms, args::WAIT_DEFAULT_MS)?;
+    ctx.scopes.check(view, Event::BeginReset)?;
+    ctx.scopes.verified_home(view)?;
+    let guard = ctx
+        .scopes
+        .gate(view.id)
+        .try_lifecycle(Lifecycle::Exclusive("scope_reset"))?;
+    let permit = ctx.cap.try_admit()?;
+    ctx.driver.revalidate()?;
+    ctx.scopes
+        .apply(view.id, Event::BeginReset, "scope_reset", None)?;
+    // Boot so the exact control daemon exists, reset it, then validate the boot.
+    let steps = vec![
+        Step::Marsh(Verb::boot()),
+        Step::Marsh(Verb::Reset),
+        Step::Marsh(Verb::boot()),
+    ];
+    start_lifecycle(
+        ctx,
+        session,
+        view,
+        OpKind::ScopeReset,
+        steps,
+        (Some(permit), Box::new(guard)),
+        wait,
+        request,
+    )
+    .await
+}
+
+pub async fn scope_stop(
+    ctx: &Arc<ServerContext>,
+    session: SessionId,
+    view: &ScopeView,
+    raw: Option<Map<String, Value>>,
+    request: &CancellationToken,
+) -> ToolResult {
+    let a: WaitArgs = args::parse(raw)?;
+    let wait = args::wait(a.wait_ms, args::WAIT_DEFAULT_MS)?;
+    if view.state() == ScopeState::Stopped && !view.identity_invalid() {
+        return Ok(
+            json!({"scope": view.describe(), "note": "the scope is already stopped; nothing was run"}),
+        );
+    }
+    ctx.scopes.check(view, Event::BeginStop)?;
+    ctx.scopes.verified_home(view)?;
+    let guard = ctx
+        .scopes
+        .gate(view.id)
+        .try_lifecycle(Lifecycle::Exclusive("scope_stop"))?;
+    let permit = ctx.cap.try_admit()?;
+    ctx.driver.revalidate()?;
+    ctx.scopes
+        .apply(view.id, Event::BeginStop, "scope_stop", None)?;
+    // Boot/validate the exact runtime first so the stop addresses a proven daemon.
+    let steps = vec![Step::Marsh(Verb::boot()), Step::Marsh(Verb::Stop)];
+    start_lifecycle(
+        ctx,
+        session,
+        view,
+        OpKind::ScopeStop,
+        steps,
+        (Some(permit), Box::new(guard)),
+        wait,
+        request,
+    )
+    .await
+}
+
+pub async fn scope_remove(
+    ctx: &Arc<ServerContext>,
+    session: SessionId,
+    view: &ScopeView,
+    raw: Option<Map<String, Value>>,
+    request: &CancellationToken,
+) -> ToolResult {
+    let a: WaitArgs = args::parse(raw)?;
+    let wait = args::wait(a.wait_ms, args::WAIT_DEFAULT_MS)?;
+    if view.id == ScopeId::Default {
+        return Err(ToolError::invalid(
+            "the default scope cannot be removed (scope_stop stops it)",
+        ));
+    }
+    ctx.scopes.check(view, Event::BeginRemove)?;
+    let Some(record) = &view.record else {
+        return Err(crate::scopes::identity_error(view.id));
+    };
+    ctx.scopes.verified_home(view)?;
+    let (Some(parent), Some(name)) = (ctx.scopes.root_path(), home_name(&view.home)) else {
+        return Err(ToolError::new(
+            ErrorKind::Internal,
+            "generated scope without a root",
+        ));
+    };
+    let guard = ctx
+        .scopes
+        .gate(view.id)
+        .try_lifecycle(Lifecycle::Exclusive("scope_remove"))?;
+    ctx.scopes
+        .apply(view.id, Event::BeginRemove, "scope_remove", None)?;
+    let steps = vec![Step::RemoveHome {
+        parent,
+        name,
+        identity: record.home,
+    }];
+    // Removal holds no child process, so it takes no operation slot.
+    start_lifecycle(
+        ctx,
+        session,
+        view,
+        OpKind::ScopeRemove,
+        steps,
+        (None, Box::new(guard)),
+        wait,
+        request,
+    )
+    .await
+}
