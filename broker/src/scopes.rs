@@ -355,6 +355,9 @@ impl ScopeSet {
         let Some(record) = &view.record else {
             return Err(identity_error(view.id));
         };
+        if record.identity_invalid {
+            return Err(identity_error(view.id));
+        }
         transition(record.state, event, record.identity_invalid)
             .map(|_| ())
             .map_err(|e| transition_failure(view.id, e))

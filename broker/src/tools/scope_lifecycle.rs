@@ -92,16 +92,27 @@ fn lifecycle_finish(id: ScopeId, kind: OpKind) -> Finish {
     )
 }
 
-async fn start_lifecycle(
-    ctx: &Arc<ServerContext>,
-    session: SessionId,
-    view: &ScopeView,
+/// One whole-scope lifecycle operation to start: its steps and what it holds.
+struct LifecycleCall<'a> {
+    view: &'a ScopeView,
     kind: OpKind,
     steps: Vec<Step>,
     held: launch::Held,
+}
+
+async fn start_lifecycle(
+    ctx: &Arc<ServerContext>,
+    session: SessionId,
+    call: LifecycleCall<'_>,
     wait: Duration,
     request: &CancellationToken,
 ) -> ToolResult {
+    let LifecycleCall {
+        view,
+        kind,
+        steps,
+        held,
+    } = call;
     let plan = Plan {
         kind,
         scope: view.id.to_string(),
@@ -157,10 +168,12 @@ pub async fn scope_start(
     let mut data = start_lifecycle(
         ctx,
         session,
-        &view,
-        OpKind::ScopeStart,
-        steps,
-        (Some(permit), Box::new(guard)),
+        LifecycleCall {
+            view: &view,
+            kind: OpKind::ScopeStart,
+            steps,
+            held: (Some(permit), Box::new(guard)),
+        },
         wait,
         request,
     )
@@ -193,12 +206,15 @@ pub async fn scope_reset(
 ) -> ToolResult {
     let a: WaitArgs = args::parse(raw)?;
     let wait = args::wait(a.wait_ms, args::WAIT_DEFAULT_MS)?;
-    ctx.scopes.check(view, Event::BeginReset)?;
-    ctx.scopes.verified_home(view)?;
+    // The gate first (a scope held by another lifecycle operation is busy), then the
+    // state, re-read under the guard so no other lifecycle step can change it.
     let guard = ctx
         .scopes
         .gate(view.id)
         .try_lifecycle(Lifecycle::Exclusive("scope_reset"))?;
+    let view = &ctx.scopes.view(view.id)?;
+    ctx.scopes.check(view, Event::BeginReset)?;
+    ctx.scopes.verified_home(view)?;
     let permit = ctx.cap.try_admit()?;
     ctx.driver.revalidate()?;
     ctx.scopes
@@ -212,10 +228,12 @@ pub async fn scope_reset(
     start_lifecycle(
         ctx,
         session,
-        view,
-        OpKind::ScopeReset,
-        steps,
-        (Some(permit), Box::new(guard)),
+        LifecycleCall {
+            view,
+            kind: OpKind::ScopeReset,
+            steps,
+            held: (Some(permit), Box::new(guard)),
+        },
         wait,
         request,
     )
@@ -231,6 +249,13 @@ pub async fn scope_stop(
 ) -> ToolResult {
     let a: WaitArgs = args::parse(raw)?;
     let wait = args::wait(a.wait_ms, args::WAIT_DEFAULT_MS)?;
+    // The gate first (a scope held by another lifecycle operation is busy), then the
+    // state, re-read under the guard so no other lifecycle step can change it.
+    let guard = ctx
+        .scopes
+        .gate(view.id)
+        .try_lifecycle(Lifecycle::Exclusive("scope_stop"))?;
+    let view = &ctx.scopes.view(view.id)?;
     if view.state() == ScopeState::Stopped && !view.identity_invalid() {
         return Ok(
             json!({"scope": view.describe(), "note": "the scope is already stopped; nothing was run"}),
@@ -238,10 +263,6 @@ pub async fn scope_stop(
     }
     ctx.scopes.check(view, Event::BeginStop)?;
     ctx.scopes.verified_home(view)?;
-    let guard = ctx
-        .scopes
-        .gate(view.id)
-        .try_lifecycle(Lifecycle::Exclusive("scope_stop"))?;
     let permit = ctx.cap.try_admit()?;
     ctx.driver.revalidate()?;
     ctx.scopes
@@ -251,10 +272,12 @@ pub async fn scope_stop(
     start_lifecycle(
         ctx,
         session,
-        view,
-        OpKind::ScopeStop,
-        steps,
-        (Some(permit), Box::new(guard)),
+        LifecycleCall {
+            view,
+            kind: OpKind::ScopeStop,
+            steps,
+            held: (Some(permit), Box::new(guard)),
+        },
         wait,
         request,
     )
@@ -275,6 +298,13 @@ pub async fn scope_remove(
             "the default scope cannot be removed (scope_stop stops it)",
         ));
     }
+    // The gate first (a scope held by another lifecycle operation is busy), then the
+    // state, re-read under the guard so no other lifecycle step can change it.
+    let guard = ctx
+        .scopes
+        .gate(view.id)
+        .try_lifecycle(Lifecycle::Exclusive("scope_remove"))?;
+    let view = &ctx.scopes.view(view.id)?;
     ctx.scopes.check(view, Event::BeginRemove)?;
     let Some(record) = &view.record else {
         return Err(crate::scopes::identity_error(view.id));
@@ -286,10 +316,6 @@ pub async fn scope_remove(
             "generated scope without a root",
         ));
     };
-    let guard = ctx
-        .scopes
-        .gate(view.id)
-        .try_lifecycle(Lifecycle::Exclusive("scope_remove"))?;
     ctx.scopes
         .apply(view.id, Event::BeginRemove, "scope_remove", None)?;
     let steps = vec![Step::RemoveHome {
@@ -301,10 +327,12 @@ pub async fn scope_remove(
     start_lifecycle(
         ctx,
         session,
-        view,
-        OpKind::ScopeRemove,
-        steps,
-        (None, Box::new(guard)),
+        LifecycleCall {
+            view,
+            kind: OpKind::ScopeRemove,
+            steps,
+            held: (None, Box::new(guard)),
+        },
         wait,
         request,
     )

@@ -187,8 +187,12 @@ pub async fn run(
     let timeout = args::timeout(a.timeout_ms, args::TIMEOUT_DEFAULT_MS)?;
     let wait = args::wait(a.wait_ms, args::WAIT_DEFAULT_MS)?;
     let max_bytes = args::max_bytes(a.max_bytes)?;
-    let home = ctx.scopes.ready_home(view)?;
+    // The gate first: a scope held by a lifecycle operation is busy (retryable), not
+    // merely "not ready".
     let run = ctx.scopes.gate(view.id).try_run()?;
+    // Re-read under the guard: no lifecycle step can change the state while it is held.
+    let view = &ctx.scopes.view(view.id)?;
+    let home = ctx.scopes.ready_home(view)?;
     let permit = ctx.cap.try_admit()?;
     let plan = Plan {
         kind: OpKind::ShellRun,
@@ -217,7 +221,6 @@ pub async fn workers(
     let a: SelectionArgs = args::parse(raw)?;
     let selection = args::selection(a.selection.as_deref())?;
     let wait = args::wait(a.wait_ms, args::WAIT_DEFAULT_MS)?;
-    let home = ctx.scopes.ready_home(view)?;
     let (lifecycle, verb) = match kind {
         OpKind::Prewarm => (
             Lifecycle::Prewarm,
@@ -238,6 +241,8 @@ pub async fn workers(
         }
     };
     let guard = ctx.scopes.gate(view.id).try_lifecycle(lifecycle)?;
+    let view = &ctx.scopes.view(view.id)?;
+    let home = ctx.scopes.ready_home(view)?;
     let permit = ctx.cap.try_admit()?;
     ctx.driver.revalidate()?;
     let plan = Plan {
