@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`make demo`: a real MCP client session (the PyPI `mcp` client) against `marsh-mcp serve`.
 
-Usage: demo.py PREFIX_BIN WORKSPACE HOME
+Usage: demo.py PREFIX_BIN WORKSPACE SCOPE_ROOT
 
 Starts `PREFIX_BIN/marsh-mcp serve` on stdio with the stand-in marsh/sbx from the same
 prefix, exercises the main tools and prints each result readably.
@@ -47,10 +47,10 @@ async def call(session, name, args=None):
 
 
 async def main():
-    bin_dir, workspace, home = sys.argv[1:4]
+    bin_dir, workspace, root = sys.argv[1:4]
     params = StdioServerParameters(
         command=os.path.join(bin_dir, "marsh-mcp"),
-        args=["serve", "--workspace", workspace, "--home", home, "--sbx", os.path.join(bin_dir, "sbx")],
+        args=["serve", "--workspace", workspace, "--scope-root", root, "--sbx", os.path.join(bin_dir, "sbx")],
         env={"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "MARSH_SHIM_IDLE_SECS": "60"},
         cwd=workspace,
     )
@@ -67,7 +67,7 @@ async def main():
             show("shell_run: separate streams and a nonzero exit",
                  await call(session, "shell_run", {"command": "echo to-stdout; echo to-stderr >&2; exit 3"}))
             show("shell_run: bytes that are not UTF-8", await call(session, "shell_run", {"command": r"printf 'ok \377\376'"}))
-            show("shell_run: the sandbox hides the home", await call(session, "shell_run", {"command": f"ls {home} 2>&1; echo exit=$?"}))
+            show("shell_run: the sandbox hides the scope root", await call(session, "shell_run", {"command": f"ls {root} 2>&1; echo exit=$?"}))
             show("status", await call(session, "status"))
             listed = show("results_list (newest 3)", await call(session, "results_list", {"limit": 3}))
             for r in listed["data"]["results"]:
@@ -90,6 +90,19 @@ async def main():
             show("prewarm all", await call(session, "prewarm", {"selection": "all"}))
             show("qualify without --allow-full-sbx-control", await call(session, "qualify", {"gate": "source"}))
             show("invalid argument (unknown field)", await call(session, "shell_run", {"command": "true", "cwd": "/"}))
+
+            started = show("scope_start: a private scope over the same workspace", await call(session, "scope_start"))
+            scope = started["data"]["scope_id"]
+            print(f"  scope_id: {scope}")
+            show("scope_run in the new scope", await call(session, "scope_run", {"scope_id": scope, "command": "echo from the private scope; pwd"}))
+            listed = await call(session, "scope_list")
+            print("\n=== scope_list")
+            for s in listed["data"]["scopes"]:
+                print(f"    {s['scope_id']:<36}  {s['state']}")
+            show("scope_stop", await call(session, "scope_stop", {"scope_id": scope}))
+            show("scope_status after stop", await call(session, "scope_status", {"scope_id": scope}))
+            show("scope_run on a stopped scope", await call(session, "scope_run", {"scope_id": scope, "command": "true"}))
+            show("scope_remove", await call(session, "scope_remove", {"scope_id": scope}))
     print("\ndemo finished: every call above went through a real MCP client session.")
 
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use marsh_scope_registry::{Event, ScopeId, ScopeState};
 use serde_json::{Map, Value, json};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::args::{self, WaitArgs};
@@ -14,7 +15,7 @@ use super::envelope::{ErrorKind, ToolError, ToolResult};
 use super::launch::{self, Finish, Outcome, Plan, Step, Verdict};
 use super::scope_work::is_busy;
 use super::views::ViewOptions;
-use crate::admission::Lifecycle;
+use crate::admission::{Lifecycle, LifecycleGuard};
 use crate::context::ServerContext;
 use crate::marsh::Verb;
 use crate::operations::{OpKind, OpState, Operation, SessionId};
@@ -197,6 +198,45 @@ pub fn scope_list(ctx: &ServerContext, raw: Option<Map<String, Value>>) -> ToolR
     }))
 }
 
+/// A scope's lifecycle slot, held, with the scope as re-read under it. The gate is
+/// taken first (a scope held by another lifecycle operation is busy), and no other
+/// lifecycle step can change the state while the guard lives.
+fn exclusive(
+    ctx: &ServerContext,
+    view: &ScopeView,
+    name: &'static str,
+) -> Result<(LifecycleGuard, ScopeView), ToolError> {
+    let guard = ctx
+        .scopes
+        .gate(view.id)
+        .try_lifecycle(Lifecycle::Exclusive(name))?;
+    let view = ctx.scopes.view(view.id)?;
+    Ok((guard, view))
+}
+
+/// Checks `event` is allowed and the home verifies, takes an operation slot when the
+/// plan runs children, and persists the transitional state: in that order, so a
+/// refusal changes nothing.
+fn begin(
+    ctx: &ServerContext,
+    view: &ScopeView,
+    event: Event,
+    name: &str,
+    runs_children: bool,
+) -> Result<Option<OwnedSemaphorePermit>, ToolError> {
+    ctx.scopes.check(view, event)?;
+    ctx.scopes.verified_home(view)?;
+    let permit = if runs_children {
+        let permit = ctx.cap.try_admit()?;
+        ctx.driver.revalidate()?;
+        Some(permit)
+    } else {
+        None
+    };
+    ctx.scopes.apply(view.id, event, name, None)?;
+    Ok(permit)
+}
+
 pub async fn scope_reset(
     ctx: &Arc<ServerContext>,
     session: SessionId,
@@ -206,38 +246,21 @@ pub async fn scope_reset(
 ) -> ToolResult {
     let a: WaitArgs = args::parse(raw)?;
     let wait = args::wait(a.wait_ms, args::WAIT_DEFAULT_MS)?;
-    // The gate first (a scope held by another lifecycle operation is busy), then the
-    // state, re-read under the guard so no other lifecycle step can change it.
-    let guard = ctx
-        .scopes
-        .gate(view.id)
-        .try_lifecycle(Lifecycle::Exclusive("scope_reset"))?;
-    let view = &ctx.scopes.view(view.id)?;
-    ctx.scopes.check(view, Event::BeginReset)?;
-    ctx.scopes.verified_home(view)?;
-    let permit = ctx.cap.try_admit()?;
-    ctx.driver.revalidate()?;
-    ctx.scopes
-        .apply(view.id, Event::BeginReset, "scope_reset", None)?;
+    let (guard, view) = exclusive(ctx, view, "scope_reset")?;
+    let permit = begin(ctx, &view, Event::BeginReset, "scope_reset", true)?;
     // Boot so the exact control daemon exists, reset it, then validate the boot.
     let steps = vec![
         Step::Marsh(Verb::boot()),
         Step::Marsh(Verb::Reset),
         Step::Marsh(Verb::boot()),
     ];
-    start_lifecycle(
-        ctx,
-        session,
-        LifecycleCall {
-            view,
-            kind: OpKind::ScopeReset,
-            steps,
-            held: (Some(permit), Box::new(guard)),
-        },
-        wait,
-        request,
-    )
-    .await
+    let call = LifecycleCall {
+        view: &view,
+        kind: OpKind::ScopeReset,
+        steps,
+        held: (permit, Box::new(guard)),
+    };
+    start_lifecycle(ctx, session, call, wait, request).await
 }
 
 pub async fn scope_stop(
@@ -249,39 +272,22 @@ pub async fn scope_stop(
 ) -> ToolResult {
     let a: WaitArgs = args::parse(raw)?;
     let wait = args::wait(a.wait_ms, args::WAIT_DEFAULT_MS)?;
-    // The gate first (a scope held by another lifecycle operation is busy), then the
-    // state, re-read under the guard so no other lifecycle step can change it.
-    let guard = ctx
-        .scopes
-        .gate(view.id)
-        .try_lifecycle(Lifecycle::Exclusive("scope_stop"))?;
-    let view = &ctx.scopes.view(view.id)?;
+    let (guard, view) = exclusive(ctx, view, "scope_stop")?;
     if view.state() == ScopeState::Stopped && !view.identity_invalid() {
         return Ok(
             json!({"scope": view.describe(), "note": "the scope is already stopped; nothing was run"}),
         );
     }
-    ctx.scopes.check(view, Event::BeginStop)?;
-    ctx.scopes.verified_home(view)?;
-    let permit = ctx.cap.try_admit()?;
-    ctx.driver.revalidate()?;
-    ctx.scopes
-        .apply(view.id, Event::BeginStop, "scope_stop", None)?;
+    let permit = begin(ctx, &view, Event::BeginStop, "scope_stop", true)?;
     // Boot/validate the exact runtime first so the stop addresses a proven daemon.
     let steps = vec![Step::Marsh(Verb::boot()), Step::Marsh(Verb::Stop)];
-    start_lifecycle(
-        ctx,
-        session,
-        LifecycleCall {
-            view,
-            kind: OpKind::ScopeStop,
-            steps,
-            held: (Some(permit), Box::new(guard)),
-        },
-        wait,
-        request,
-    )
-    .await
+    let call = LifecycleCall {
+        view: &view,
+        kind: OpKind::ScopeStop,
+        steps,
+        held: (permit, Box::new(guard)),
+    };
+    start_lifecycle(ctx, session, call, wait, request).await
 }
 
 pub async fn scope_remove(
@@ -298,43 +304,28 @@ pub async fn scope_remove(
             "the default scope cannot be removed (scope_stop stops it)",
         ));
     }
-    // The gate first (a scope held by another lifecycle operation is busy), then the
-    // state, re-read under the guard so no other lifecycle step can change it.
-    let guard = ctx
-        .scopes
-        .gate(view.id)
-        .try_lifecycle(Lifecycle::Exclusive("scope_remove"))?;
-    let view = &ctx.scopes.view(view.id)?;
-    ctx.scopes.check(view, Event::BeginRemove)?;
-    let Some(record) = &view.record else {
+    let (guard, view) = exclusive(ctx, view, "scope_remove")?;
+    let Some(record) = view.record.clone() else {
         return Err(crate::scopes::identity_error(view.id));
     };
-    ctx.scopes.verified_home(view)?;
     let (Some(parent), Some(name)) = (ctx.scopes.root_path(), home_name(&view.home)) else {
         return Err(ToolError::new(
             ErrorKind::Internal,
             "generated scope without a root",
         ));
     };
-    ctx.scopes
-        .apply(view.id, Event::BeginRemove, "scope_remove", None)?;
+    // Removal holds no child process, so it takes no operation slot.
+    let permit = begin(ctx, &view, Event::BeginRemove, "scope_remove", false)?;
     let steps = vec![Step::RemoveHome {
         parent,
         name,
         identity: record.home,
     }];
-    // Removal holds no child process, so it takes no operation slot.
-    start_lifecycle(
-        ctx,
-        session,
-        LifecycleCall {
-            view,
-            kind: OpKind::ScopeRemove,
-            steps,
-            held: (None, Box::new(guard)),
-        },
-        wait,
-        request,
-    )
-    .await
+    let call = LifecycleCall {
+        view: &view,
+        kind: OpKind::ScopeRemove,
+        steps,
+        held: (permit, Box::new(guard)),
+    };
+    start_lifecycle(ctx, session, call, wait, request).await
 }
