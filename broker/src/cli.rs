@@ -19,6 +19,15 @@ pub struct Cli {
 pub enum CliCommand {
     /// Serve MCP on stdin/stdout for one client.
     Serve(ServeArgs),
+    /// Start (or reuse) the resident per-workspace broker.
+    BrokerStart(ServeArgs),
+    /// Stop an idle broker; refused while a session is attached.
+    BrokerStop(ServeArgs),
+    /// Relay this process's stdio MCP client to the broker (a thin proxy).
+    Connect(ServeArgs),
+    /// The resident broker itself (spawned by broker-start).
+    #[command(hide = true)]
+    BrokerRun(ServeArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -41,4 +50,32 @@ pub struct ServeArgs {
     /// Enable `qualify`, which runs repository make recipes as the host user.
     #[arg(long)]
     pub allow_full_sbx_control: bool,
+}
+
+impl ServeArgs {
+    /// The same arguments as a command line, for spawning the resident broker.
+    pub fn to_argv(&self) -> Vec<std::ffi::OsString> {
+        let mut argv: Vec<std::ffi::OsString> = Vec::new();
+        let mut push = |flag: &str, value: &std::path::Path| {
+            argv.push(flag.into());
+            argv.push(value.as_os_str().to_owned());
+        };
+        if let Some(w) = &self.workspace {
+            push("--workspace", w);
+        }
+        if let Some(h) = &self.home {
+            push("--home", h);
+        }
+        if let Some(r) = &self.scope_root {
+            push("--scope-root", r);
+        }
+        if let Some(m) = &self.marsh {
+            push("--marsh", m);
+        }
+        push("--sbx", &self.sbx);
+        if self.allow_full_sbx_control {
+            argv.push("--allow-full-sbx-control".into());
+        }
+        argv
+    }
 }

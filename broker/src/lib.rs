@@ -10,6 +10,7 @@ pub mod operations;
 pub mod output;
 pub mod pinned;
 mod process;
+pub mod resident;
 pub mod scopes;
 pub mod server;
 pub mod startup;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use marsh_broker::{Cli, CliCommand, prepare, serve_session};
+use marsh_broker::{Cli, CliCommand, prepare, resident, serve_session};
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("MARSH_MCP_LOG")
@@ -20,6 +20,17 @@ fn init_logging() {
 fn fail(reason: impl std::fmt::Display) -> ExitCode {
     eprintln!("marsh-mcp: {reason}");
     ExitCode::from(1)
+}
+
+/// Control commands report on stderr: stdout belongs to MCP in every mode.
+fn report(outcome: Result<String, resident::ControlError>) -> ExitCode {
+    match outcome {
+        Ok(message) => {
+            eprintln!("marsh-mcp: {message}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
 }
 
 fn main() -> ExitCode {
@@ -48,9 +59,9 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(format!("cannot start the async runtime: {e}")),
     };
+    let env: Vec<_> = std::env::vars_os().collect();
     match cli.command {
         CliCommand::Serve(args) => {
-            let env: Vec<_> = std::env::vars_os().collect();
             let ctx = match prepare(&args, &env) {
                 Ok(ctx) => Arc::new(ctx),
                 Err(e) => return fail(e),
@@ -60,6 +71,24 @@ fn main() -> ExitCode {
                 serve_session(ctx, stdin, tokio::io::stdout()).await
             });
             // Background readers of stdin may still be parked; do not wait for them.
+            runtime.shutdown_background();
+            match outcome {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(e),
+            }
+        }
+        CliCommand::BrokerStart(args) => {
+            report(runtime.block_on(resident::broker_start(&args, &env)))
+        }
+        CliCommand::BrokerStop(args) => {
+            report(runtime.block_on(resident::broker_stop(&args, &env)))
+        }
+        CliCommand::BrokerRun(args) => match runtime.block_on(resident::broker_run(&args, &env)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(e),
+        },
+        CliCommand::Connect(args) => {
+            let outcome = runtime.block_on(resident::connect(&args, &env));
             runtime.shutdown_background();
             match outcome {
                 Ok(()) => ExitCode::SUCCESS,

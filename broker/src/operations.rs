@@ -236,12 +236,13 @@ pub struct OperationTable {
     ops: Mutex<VecDeque<Arc<Operation>>>,
 }
 
-fn unknown_for_session() -> ToolError {
-    // Unknown and foreign ids get the same answer, so a session cannot probe for
-    // other sessions' operations.
+/// The one answer for an id this session does not own: an unknown id and another
+/// session's id get the same kind and message, so a session cannot probe for others'
+/// operations.
+fn not_owned() -> ToolError {
     ToolError::new(
-        ErrorKind::UnknownOperation,
-        "no operation with this id belongs to this session (ids are per session and records are retained for the newest 128 operations)",
+        ErrorKind::NotOwner,
+        "no operation with this id belongs to this session (ids are per session; records are retained for the newest 128 operations)",
     )
 }
 
@@ -279,12 +280,17 @@ impl OperationTable {
     }
 
     pub fn get(&self, id: &str, session: SessionId) -> Result<Arc<Operation>, ToolError> {
-        let id = Uuid::parse_str(id).map_err(|_| unknown_for_session())?;
+        let id = Uuid::parse_str(id).map_err(|_| {
+            ToolError::new(
+                ErrorKind::UnknownOperation,
+                "operation_id is not an operation id (a UUID)",
+            )
+        })?;
         self.lock()
             .iter()
             .find(|o| o.id == id && o.owner == session)
             .cloned()
-            .ok_or_else(unknown_for_session)
+            .ok_or_else(not_owned)
     }
 
     /// Cancels every live operation of `session` (its client went away).
@@ -333,7 +339,7 @@ mod tests {
         assert!(table.get(&id, 1).is_ok());
         assert_eq!(
             table.get(&id, 2).unwrap_err(),
-            table.get("nope", 2).unwrap_err()
+            table.get(&Uuid::new_v4().to_string(), 2).unwrap_err()
         );
         first.finish(OpState::Succeeded, Some(0), None, None, true);
         for _ in 0..RETAINED_OPERATIONS {

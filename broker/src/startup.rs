@@ -55,12 +55,6 @@ pub enum StartupError {
     ChildEnv(#[from] ChildEnvError),
 }
 
-/// Where the default scope's home comes from.
-enum Mode {
-    Legacy(PathBuf),
-    Managed(PathBuf),
-}
-
 /// Absolute form of `path` with its longest existing prefix canonicalized, without
 /// creating anything: the base for overlap checks before any directory is made.
 fn resolve(path: &Path) -> Result<PathBuf, StartupError> {
@@ -104,33 +98,158 @@ pub fn workspace_hash(canonical: &Path) -> String {
     hex(&Sha256::digest(canonical.as_os_str().as_bytes()))
 }
 
+/// The canonical workspace: path, `(dev, ino)` and hash. Canonicalized once; later
+/// client paths are never consulted.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    pub path: PathBuf,
+    pub dev: u64,
+    pub ino: u64,
+    pub hash: String,
+}
+
+impl Workspace {
+    pub fn resolve(requested: Option<&Path>) -> Result<Self, StartupError> {
+        let requested = match requested {
+            Some(w) => w.to_path_buf(),
+            None => std::env::current_dir().map_err(StartupError::CurrentDir)?,
+        };
+        let path = std::fs::canonicalize(&requested).map_err(|source| StartupError::Workspace {
+            path: requested.clone(),
+            source,
+        })?;
+        let meta = std::fs::metadata(&path).map_err(|source| StartupError::Workspace {
+            path: path.clone(),
+            source,
+        })?;
+        if !meta.is_dir() {
+            return Err(StartupError::WorkspaceNotDirectory { path });
+        }
+        Ok(Self {
+            hash: workspace_hash(&path),
+            dev: meta.dev(),
+            ino: meta.ino(),
+            path,
+        })
+    }
+
+    /// `marsh-dev-` + the first 12 hex of the workspace hash.
+    pub fn server_name(&self) -> String {
+        format!("marsh-dev-{}", &self.hash[..12])
+    }
+}
+
+/// The generated scope root of the SBX/broker registration when `--scope-root` is not
+/// given: `<base>/clients/sbx/<hash>`, where `<base>` is `$MARSH_CONTROL_HOME-mcp-scopes`
+/// when that is set, else `${XDG_STATE_HOME:-~/.local/state}/marsh-mcp-scopes`.
+pub fn default_broker_root(
+    env: &[(OsString, OsString)],
+    workspace: &Workspace,
+) -> Result<PathBuf, StartupError> {
+    let lookup = |name: &str| {
+        env.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| PathBuf::from(v))
+            .filter(|p| p.is_absolute())
+    };
+    let base = if let Some(control) = lookup("MARSH_CONTROL_HOME") {
+        let mut name = control.into_os_string();
+        name.push("-mcp-scopes");
+        PathBuf::from(name)
+    } else if let Some(state) = lookup("XDG_STATE_HOME") {
+        state.join("marsh-mcp-scopes")
+    } else {
+        lookup("HOME")
+            .ok_or(StartupError::NoHome)?
+            .join(".local/state/marsh-mcp-scopes")
+    };
+    Ok(base.join("clients/sbx").join(&workspace.hash))
+}
+
+/// Where the default scope's home comes from, after validation.
+#[derive(Debug)]
+enum Mode {
+    Legacy(PathBuf),
+    Managed(PathBuf),
+}
+
+/// Every startup rule checked, nothing created yet and no lease taken.
+#[derive(Debug)]
+pub struct Validated {
+    pub workspace: Workspace,
+    mode: Mode,
+    driver: MarshDriver,
+    allow_full_sbx_control: bool,
+}
+
+impl Validated {
+    /// The managed root, when in managed mode.
+    pub fn root(&self) -> Option<&Path> {
+        match &self.mode {
+            Mode::Managed(root) => Some(root),
+            Mode::Legacy(_) => None,
+        }
+    }
+
+    pub fn driver(&self) -> &MarshDriver {
+        &self.driver
+    }
+
+    pub fn allow_full_sbx_control(&self) -> bool {
+        self.allow_full_sbx_control
+    }
+
+    /// Creates what is missing, takes the lease and loads the registry.
+    pub fn open(self) -> Result<ServerContext, StartupError> {
+        let workspace = self.workspace;
+        let scopes = match self.mode {
+            Mode::Legacy(home) => {
+                let identity =
+                    ensure_owner_only_dir(&home).map_err(|source| StartupError::Area {
+                        what: "home",
+                        path: home.clone(),
+                        source: Box::new(source),
+                    })?;
+                ScopeSet::legacy(home, identity)
+            }
+            Mode::Managed(root) => {
+                let managed = ManagedRoot::open(
+                    &root,
+                    &workspace.path.to_string_lossy(),
+                    workspace.dev,
+                    workspace.ino,
+                )
+                .map_err(|e| StartupError::Registry(Box::new(e)))?;
+                ScopeSet::managed(managed)
+            }
+        };
+        Ok(ServerContext::new(
+            workspace.path,
+            workspace.hash,
+            self.driver,
+            scopes,
+            self.allow_full_sbx_control,
+        ))
+    }
+}
+
 /// Validates every startup rule and returns the context to serve with.
 pub fn prepare(
     args: &ServeArgs,
     env: &[(OsString, OsString)],
 ) -> Result<ServerContext, StartupError> {
+    validate(args, env)?.open()
+}
+
+/// Checks every startup rule without creating anything.
+pub fn validate(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Validated, StartupError> {
     let lookup = |name: &str| {
         env.iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| PathBuf::from(v))
     };
-    let requested = match &args.workspace {
-        Some(w) => w.clone(),
-        None => std::env::current_dir().map_err(StartupError::CurrentDir)?,
-    };
-    let workspace =
-        std::fs::canonicalize(&requested).map_err(|source| StartupError::Workspace {
-            path: requested.clone(),
-            source,
-        })?;
-    let ws_meta = std::fs::metadata(&workspace).map_err(|source| StartupError::Workspace {
-        path: workspace.clone(),
-        source,
-    })?;
-    if !ws_meta.is_dir() {
-        return Err(StartupError::WorkspaceNotDirectory { path: workspace });
-    }
-    let hash = workspace_hash(&workspace);
+    let ws = Workspace::resolve(args.workspace.as_deref())?;
+    let workspace = ws.path.clone();
 
     let mode = match (&args.home, &args.scope_root) {
         (Some(home), _) => Mode::Legacy(resolve(home)?),
@@ -179,34 +298,12 @@ pub fn prepare(
     let sbx = PinnedExecutable::pin("sbx", &args.sbx, false, &forbidden)?;
     let child_env = ChildEnv::build(sbx.path(), env.iter().cloned())?;
 
-    let scopes = match mode {
-        Mode::Legacy(home) => {
-            let identity = ensure_owner_only_dir(&home).map_err(|source| StartupError::Area {
-                what: "home",
-                path: home.clone(),
-                source: Box::new(source),
-            })?;
-            ScopeSet::legacy(home, identity)
-        }
-        Mode::Managed(root) => {
-            let managed = ManagedRoot::open(
-                &root,
-                &workspace.to_string_lossy(),
-                ws_meta.dev(),
-                ws_meta.ino(),
-            )
-            .map_err(|e| StartupError::Registry(Box::new(e)))?;
-            ScopeSet::managed(managed)
-        }
-    };
-    let driver = MarshDriver::new(marsh, marshd, sbx, child_env, workspace.clone());
-    Ok(ServerContext::new(
-        workspace,
-        hash,
-        driver,
-        scopes,
-        args.allow_full_sbx_control,
-    ))
+    Ok(Validated {
+        workspace: ws,
+        mode,
+        driver: MarshDriver::new(marsh, marshd, sbx, child_env, workspace),
+        allow_full_sbx_control: args.allow_full_sbx_control,
+    })
 }
 
 #[cfg(test)]

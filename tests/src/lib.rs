@@ -116,6 +116,40 @@ impl Sandbox {
         self.state().join("root")
     }
 
+    /// The `XDG_RUNTIME_DIR` every marsh-mcp of this sandbox gets (short, private).
+    pub fn runtime_base(&self) -> PathBuf {
+        self.state().join("run")
+    }
+
+    /// The broker runtime directory (`marsh-mcp-<euid>-<hash>`), once created.
+    pub fn broker_dir(&self) -> Option<PathBuf> {
+        fs::read_dir(self.runtime_base())
+            .ok()?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("marsh-mcp-"))
+            })
+    }
+
+    /// `<verb> --workspace W --scope-root R --sbx S` (plus `extra`) for broker modes.
+    pub fn broker_args(&self, verb: &str, extra: &[&str]) -> Vec<String> {
+        let mut args = self.serve_root_args(extra);
+        args[0] = verb.to_string();
+        args
+    }
+
+    /// Runs `broker-start` to completion: (exit code, stderr).
+    pub fn broker_start(&self) -> (Option<i32>, String) {
+        self.startup(&self.broker_args("broker-start", &[]), &[])
+    }
+
+    /// A `connect` proxy with the handshake done.
+    pub fn connect(&self) -> Server {
+        Server::start(self, &self.broker_args("connect", &[]), &[])
+    }
+
     /// `serve --workspace W --home H --sbx S` (plus `extra`).
     pub fn serve_home_args(&self, extra: &[&str]) -> Vec<String> {
         self.serve_args("--home", &self.home(), extra)
@@ -143,12 +177,18 @@ impl Sandbox {
 
     /// A `marsh-mcp` command with a cleared environment pointing at the fake user home.
     pub fn marsh_mcp(&self, args: &[String], env: &[(&str, &str)]) -> Command {
-        let mut cmd = Command::new(self.prefix.bin("marsh-mcp"));
+        self.marsh_mcp_at(&self.prefix.bin("marsh-mcp"), args, env)
+    }
+
+    /// Like [`Sandbox::marsh_mcp`], for another `marsh-mcp` executable.
+    pub fn marsh_mcp_at(&self, exe: &Path, args: &[String], env: &[(&str, &str)]) -> Command {
+        let mut cmd = Command::new(exe);
         cmd.args(args)
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", self.state().join("user"))
             .env("MARSH_SHIM_IDLE_SECS", "120")
+            .env("XDG_RUNTIME_DIR", self.runtime_base())
             .current_dir(self.workspace());
         for (k, v) in env {
             cmd.env(k, v);
@@ -192,7 +232,7 @@ impl Sandbox {
                 let Ok(ft) = entry.file_type() else { continue };
                 if ft.is_dir() && !ft.is_symlink() {
                     stack.push(path);
-                } else if path.ends_with("daemon/pid")
+                } else if (path.ends_with("daemon/pid") || path.ends_with("broker.pid"))
                     && let Some(pid) = fs::read_to_string(&path)
                         .ok()
                         .and_then(|s| s.trim().parse().ok())
@@ -385,6 +425,16 @@ impl Server {
             .as_str()
             .expect("kind")
             .to_string()
+    }
+
+    /// SIGKILLs the process (it is reaped on drop).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 
     /// Closes stdin and waits (bounded) for a clean exit.

@@ -1,6 +1,5 @@
 //! Serving MCP sessions: the bounded line transport and the rmcp handler.
 
-pub mod frames;
 mod handler;
 mod transport;
 

@@ -8,16 +8,60 @@
 
 use std::borrow::Cow;
 
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::JsonRpcMessage;
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
-use super::frames::{Frame, FrameReader, MAX_FRAME_BYTES};
+use marsh_connect_proxy::{Frame, FrameReader, MAX_FRAME_BYTES};
 
 const INBOUND_QUEUE: usize = 32;
 const OUTBOUND_QUEUE: usize = 64;
+/// How long a session whose input ended keeps serving the requests it already has.
+/// Above the longest in-request wait (55 s) plus the cancel settle time.
+const DRAIN_BOUND: Duration = Duration::from_secs(70);
+
+/// Requests read but not yet answered, by canonical JSON id. When input ends, the
+/// session stays up until this is empty (bounded), so a client that half-closes after
+/// its last request still gets every reply.
+#[derive(Debug, Default)]
+struct Pending {
+    ids: Mutex<HashSet<String>>,
+    emptied: Notify,
+}
+
+impl Pending {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.ids.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn add(&self, id: String) {
+        self.lock().insert(id);
+    }
+
+    fn done(&self, id: &str) {
+        let mut ids = self.lock();
+        if ids.remove(id) && ids.is_empty() {
+            self.emptied.notify_waiters();
+        }
+    }
+
+    async fn drained(&self) {
+        loop {
+            let notified = self.emptied.notified();
+            if self.lock().is_empty() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
@@ -32,6 +76,7 @@ pub enum TransportError {
 pub struct LineTransport {
     inbound: mpsc::Receiver<RxJsonRpcMessage<RoleServer>>,
     outbound: mpsc::Sender<Vec<u8>>,
+    pending: Arc<Pending>,
 }
 
 impl LineTransport {
@@ -44,11 +89,18 @@ impl LineTransport {
     {
         let (in_tx, in_rx) = mpsc::channel(INBOUND_QUEUE);
         let (out_tx, out_rx) = mpsc::channel(OUTBOUND_QUEUE);
+        let pending = Arc::new(Pending::default());
         tokio::spawn(write_frames(write, out_rx));
-        tokio::spawn(read_frames(FrameReader::new(read), in_tx, out_tx.clone()));
+        tokio::spawn(read_frames(
+            FrameReader::new(read),
+            in_tx,
+            out_tx.clone(),
+            Arc::clone(&pending),
+        ));
         Self {
             inbound: in_rx,
             outbound: out_tx,
+            pending,
         }
     }
 }
@@ -81,7 +133,13 @@ fn error_frame(id: Value, code: i64, message: &str) -> Vec<u8> {
 
 /// What one inbound line turns into.
 enum Inbound {
-    Message(Box<RxJsonRpcMessage<RoleServer>>),
+    /// A message for rmcp; `request` is the canonical id of a request it must answer,
+    /// `cancels` the id a `notifications/cancelled` gives up on.
+    Message {
+        message: Box<RxJsonRpcMessage<RoleServer>>,
+        request: Option<String>,
+        cancels: Option<String>,
+    },
     Reply(Vec<u8>),
     Ignore,
 }
@@ -112,6 +170,7 @@ fn classify(frame: Frame, initialize_seen: &mut bool) -> Inbound {
         .get("method")
         .and_then(Value::as_str)
         .map(str::to_owned);
+    let cancelled_id = value.pointer("/params/requestId").map(Value::to_string);
     match serde_json::from_value::<RxJsonRpcMessage<RoleServer>>(value) {
         Ok(message) => {
             match (method.as_deref(), &id) {
@@ -121,7 +180,19 @@ fn classify(frame: Frame, initialize_seen: &mut bool) -> Inbound {
                 (Some(_), None) if !*initialize_seen => return Inbound::Ignore,
                 _ => {}
             }
-            Inbound::Message(Box::new(message))
+            let request = match (&method, &id) {
+                (Some(_), Some(id)) => Some(id.to_string()),
+                _ => None,
+            };
+            let cancels = match method.as_deref() {
+                Some("notifications/cancelled") => cancelled_id,
+                _ => None,
+            };
+            Inbound::Message {
+                message: Box::new(message),
+                request,
+                cancels,
+            }
         }
         Err(err) => match id {
             Some(id) => Inbound::Reply(error_frame(id, -32600, &format!("invalid request: {err}"))),
@@ -137,6 +208,7 @@ async fn read_frames<R: AsyncBufRead + Unpin>(
     mut frames: FrameReader<R>,
     inbound: mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
     outbound: mpsc::Sender<Vec<u8>>,
+    pending: Arc<Pending>,
 ) {
     let mut initialize_seen = false;
     loop {
@@ -149,7 +221,20 @@ async fn read_frames<R: AsyncBufRead + Unpin>(
             }
         };
         let delivered = match classify(frame, &mut initialize_seen) {
-            Inbound::Message(message) => inbound.send(*message).await.is_ok(),
+            Inbound::Message {
+                message,
+                request,
+                cancels,
+            } => {
+                if let Some(id) = request {
+                    pending.add(id);
+                }
+                if let Some(id) = cancels {
+                    // A cancelled request gets no reply; do not wait for one.
+                    pending.done(&id);
+                }
+                inbound.send(*message).await.is_ok()
+            }
             Inbound::Reply(reply) => outbound.send(reply).await.is_ok(),
             Inbound::Ignore => true,
         };
@@ -172,20 +257,49 @@ impl Transport<RoleServer> for LineTransport {
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         let outbound = self.outbound.clone();
         let encoded = serde_json::to_vec(&item);
+        let answered = match &item {
+            JsonRpcMessage::Response(r) => serde_json::to_string(&r.id).ok(),
+            JsonRpcMessage::Error(e) => e.id.as_ref().and_then(|id| serde_json::to_string(id).ok()),
+            JsonRpcMessage::Request(_) | JsonRpcMessage::Notification(_) => None,
+        };
+        let pending = Arc::clone(&self.pending);
         async move {
-            let bytes = encoded?;
-            if bytes.len() > MAX_FRAME_BYTES {
-                return Err(TransportError::OutboundTooLarge(bytes.len()));
+            let result = async {
+                let bytes = encoded?;
+                if bytes.len() > MAX_FRAME_BYTES {
+                    return Err(TransportError::OutboundTooLarge(bytes.len()));
+                }
+                outbound
+                    .send(bytes)
+                    .await
+                    .map_err(|_| TransportError::WriterGone)
             }
-            outbound
-                .send(bytes)
-                .await
-                .map_err(|_| TransportError::WriterGone)
+            .await;
+            if let Some(id) = answered {
+                pending.done(&id);
+            }
+            result
         }
     }
 
     fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleServer>>> + Send {
-        self.inbound.recv()
+        let pending = Arc::clone(&self.pending);
+        let inbound = &mut self.inbound;
+        async move {
+            let next = inbound.recv().await;
+            if next.is_none() {
+                // Input ended: answer what was already asked before ending the session.
+                if tokio::time::timeout(DRAIN_BOUND, pending.drained())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(
+                        "input ended with requests still unanswered after the drain bound"
+                    );
+                }
+            }
+            next
+        }
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {

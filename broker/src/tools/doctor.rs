@@ -8,7 +8,7 @@ use crate::context::{READ_QUERY_CAP, ServerContext};
 use crate::marsh::Verb;
 use crate::operations::{GLOBAL_RETAINED_BYTES, RETAINED_OPERATIONS};
 use crate::output::RETAINED_PER_STREAM;
-use crate::server::frames::MAX_FRAME_BYTES;
+use marsh_connect_proxy::MAX_FRAME_BYTES;
 use marsh_scope_registry::{ScopeId, ScopeState};
 
 fn check(name: &str, ok: bool, detail: impl Into<String>) -> Value {

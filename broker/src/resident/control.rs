@@ -1,0 +1,315 @@
+//! `broker-start`, `broker-stop`, `connect` and the resident `broker-run` itself.
+
+use std::ffi::OsString;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::{Method, StatusCode};
+use marsh_connect_proxy::{BrokerClient, ClientError, RelayEnd, relay};
+use marsh_scope_registry::RegistryError;
+
+use super::fingerprint::BrokerIdentity;
+use super::http::Broker;
+use super::runtime_dir::RuntimeDir;
+use super::token::{TokenError, create_or_read_token, read_token};
+use crate::cli::ServeArgs;
+use crate::startup::{StartupError, Validated, Workspace, default_broker_root, validate};
+
+/// How long `broker-start` waits for a spawned broker to answer, and `broker-stop`
+/// (or a replacement) for an old one to go away.
+const START_BOUND: Duration = Duration::from_secs(20);
+const POLL: Duration = Duration::from_millis(50);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error(transparent)]
+    Startup(#[from] StartupError),
+    #[error("the broker runtime directory failed verification: {0}")]
+    RuntimeDir(#[source] RegistryError),
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("broker modes use a managed scope root; --home is for `serve` only")]
+    HomeNotAllowed,
+    #[error(
+        "a broker of another build or configuration (pid {pid}) has {sessions} session(s) attached; stop the loaded sandboxes (their proxies) and run broker-start again"
+    )]
+    BusyIncompatible { pid: u64, sessions: u64 },
+    #[error("broker-stop refused: {0}")]
+    StopRefused(String),
+    #[error("no broker is running for this workspace and root (start one with broker-start)")]
+    NotRunning,
+    #[error("cannot start the broker: {0}")]
+    Spawn(#[source] std::io::Error),
+    #[error("the broker did not come up within {bound:?}; its log ({log}) ends with: {tail}")]
+    NotAnswering {
+        bound: Duration,
+        log: String,
+        tail: String,
+    },
+    #[error("the old broker (pid {pid}) did not exit within {bound:?}")]
+    StuckOld { pid: u64, bound: Duration },
+    #[error("cannot bind the broker socket {path}: {source}")]
+    Bind {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("cannot determine the broker identity: {0}")]
+    Identity(#[source] std::io::Error),
+    #[error("connect: {0}")]
+    Lost(String),
+}
+
+/// The root broker modes use: `--scope-root`, else the generated SBX root.
+fn with_root(
+    args: &ServeArgs,
+    env: &[(OsString, OsString)],
+) -> Result<(ServeArgs, Workspace), ControlError> {
+    if args.home.is_some() {
+        return Err(ControlError::HomeNotAllowed);
+    }
+    let workspace = Workspace::resolve(args.workspace.as_deref())?;
+    let mut args = args.clone();
+    if args.scope_root.is_none() {
+        args.scope_root = Some(default_broker_root(env, &workspace)?);
+    }
+    args.workspace = Some(workspace.path.clone());
+    Ok((args, workspace))
+}
+
+fn runtime_dir(root: &Path, env: &[(OsString, OsString)]) -> RuntimeDir {
+    let xdg = env
+        .iter()
+        .find(|(k, _)| k == "XDG_RUNTIME_DIR")
+        .map(|(_, v)| PathBuf::from(v));
+    RuntimeDir::locate(root, xdg.as_deref())
+}
+
+fn canonical_root(args: &ServeArgs) -> PathBuf {
+    // The root may not exist yet; validation resolves it the same way, so a broker and
+    // its clients always agree on the runtime directory.
+    let root = args.scope_root.clone().unwrap_or_default();
+    std::fs::canonicalize(&root).unwrap_or(root)
+}
+
+fn identity_of(validated: &Validated, root: &Path) -> Result<BrokerIdentity, ControlError> {
+    BrokerIdentity::for_config(
+        &validated.workspace.path,
+        root,
+        validated.driver(),
+        validated.allow_full_sbx_control(),
+    )
+    .map_err(ControlError::Identity)
+}
+
+/// `POST /v1/stop`, with the broker's refusal (sessions attached) as the error.
+async fn stop_running(client: &BrokerClient) -> Result<(), ControlError> {
+    let (status, body) = client
+        .call(Method::POST, marsh_connect_proxy::STOP_PATH)
+        .await?;
+    if status == StatusCode::OK {
+        return Ok(());
+    }
+    let message = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .and_then(|m| m.as_str())
+                .map(str::to_owned)
+        })
+        .unwrap_or(body);
+    Err(ControlError::StopRefused(message))
+}
+
+fn pid_of(probe: &serde_json::Value) -> u64 {
+    probe["pid"].as_u64().unwrap_or(0)
+}
+
+async fn wait_gone(client: &BrokerClient, pid: u64) -> Result<(), ControlError> {
+    let deadline = tokio::time::Instant::now() + START_BOUND;
+    while tokio::time::Instant::now() < deadline {
+        let alive =
+            pid > 0 && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok();
+        if !alive && client.probe().await.is_err() {
+            return Ok(());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    Err(ControlError::StuckOld {
+        pid,
+        bound: START_BOUND,
+    })
+}
+
+/// `broker-start`: validate, prepare the runtime directory and token, then reuse a
+/// compatible broker, replace an idle incompatible one, refuse a busy one, or spawn.
+pub async fn broker_start(
+    args: &ServeArgs,
+    env: &[(OsString, OsString)],
+) -> Result<String, ControlError> {
+    let (args, _) = with_root(args, env)?;
+    let validated = validate(&args, env)?;
+    let root = validated
+        .root()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| canonical_root(&args));
+    let wanted = identity_of(&validated, &root)?;
+    let dir = runtime_dir(&root, env);
+    dir.prepare().map_err(ControlError::RuntimeDir)?;
+    let token = create_or_read_token(&dir.token())?;
+    let client = BrokerClient::new(&dir.socket(), token);
+    if let Ok(probe) = client.probe().await {
+        let running = BrokerIdentity {
+            build: probe["build"].as_str().unwrap_or_default().to_owned(),
+            fingerprint: probe["fingerprint"].as_str().unwrap_or_default().to_owned(),
+        };
+        let pid = pid_of(&probe);
+        if running == wanted {
+            return Ok(format!("broker already running (pid {pid})"));
+        }
+        let sessions = probe["sessions"].as_u64().unwrap_or(0);
+        if sessions > 0 {
+            return Err(ControlError::BusyIncompatible { pid, sessions });
+        }
+        stop_running(&client).await?;
+        wait_gone(&client, pid).await?;
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(dir.log())
+        .map_err(ControlError::Spawn)?;
+    let exe = std::env::current_exe().map_err(ControlError::Spawn)?;
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.arg("broker-run")
+        .args(args.to_argv())
+        .current_dir(&validated.workspace.path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(log));
+    let mut child = cmd.spawn().map_err(ControlError::Spawn)?;
+    let deadline = tokio::time::Instant::now() + START_BOUND;
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(probe) = client.probe().await
+            && probe["build"].as_str() == Some(wanted.build.as_str())
+            && probe["fingerprint"].as_str() == Some(wanted.fingerprint.as_str())
+        {
+            return Ok(format!("broker started (pid {})", pid_of(&probe)));
+        }
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    let text = std::fs::read_to_string(dir.log()).unwrap_or_default();
+    let tail: Vec<&str> = text.lines().rev().take(5).collect();
+    Err(ControlError::NotAnswering {
+        bound: START_BOUND,
+        log: dir.log().display().to_string(),
+        tail: tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
+    })
+}
+
+/// `broker-stop`: refused while a session is attached; waits (bounded) for the exit.
+pub async fn broker_stop(
+    args: &ServeArgs,
+    env: &[(OsString, OsString)],
+) -> Result<String, ControlError> {
+    let (args, _) = with_root(args, env)?;
+    let dir = runtime_dir(&canonical_root(&args), env);
+    const NONE: &str = "no broker is running for this workspace and root; nothing to stop";
+    let token = match read_token(&dir.token()) {
+        Ok(token) => token,
+        Err(TokenError::Read { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(NONE.into());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let client = BrokerClient::new(&dir.socket(), token);
+    let probe = match client.probe().await {
+        Ok(probe) => probe,
+        Err(ClientError::Unreachable { .. }) => return Ok(NONE.into()),
+        Err(e) => return Err(e.into()),
+    };
+    stop_running(&client).await?;
+    let pid = pid_of(&probe);
+    wait_gone(&client, pid).await?;
+    Ok(format!("broker stopped (pid {pid})"))
+}
+
+/// `connect`: one stdio client to one broker session. Never creates the token.
+pub async fn connect(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<(), ControlError> {
+    let (args, _) = with_root(args, env)?;
+    let dir = runtime_dir(&canonical_root(&args), env);
+    dir.verify().map_err(|_| ControlError::NotRunning)?;
+    let token = read_token(&dir.token())?;
+    let session = BrokerClient::new(&dir.socket(), token)
+        .open_session()
+        .await?;
+    let stdin = tokio::io::BufReader::with_capacity(64 * 1024, tokio::io::stdin());
+    match relay(stdin, tokio::io::stdout(), session).await {
+        RelayEnd::Clean | RelayEnd::ClientGone => Ok(()),
+        RelayEnd::Lost(why) => Err(ControlError::Lost(why)),
+    }
+}
+
+/// `broker-run`: the resident broker. Takes the lease, binds the socket, serves until
+/// stopped (HTTP stop, SIGTERM or SIGINT), then removes its socket and pid file.
+pub async fn broker_run(
+    args: &ServeArgs,
+    env: &[(OsString, OsString)],
+) -> Result<(), ControlError> {
+    // Leave the starter's session so its terminal and signals are not ours.
+    let _ = nix::unistd::setsid();
+    let (args, _) = with_root(args, env)?;
+    let validated = validate(&args, env)?;
+    let root = validated
+        .root()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| canonical_root(&args));
+    let identity = identity_of(&validated, &root)?;
+    let dir = runtime_dir(&root, env);
+    dir.verify().map_err(ControlError::RuntimeDir)?;
+    let token = read_token(&dir.token())?;
+    let ctx = Arc::new(validated.open()?);
+    // The lease is ours, so any socket left here belongs to a dead broker.
+    let socket = dir.socket();
+    let _ = std::fs::remove_file(&socket);
+    let listener =
+        tokio::net::UnixListener::bind(&socket).map_err(|source| ControlError::Bind {
+            path: socket.display().to_string(),
+            source,
+        })?;
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600)).map_err(
+        |source| ControlError::Bind {
+            path: socket.display().to_string(),
+            source,
+        },
+    )?;
+    std::fs::write(dir.pid(), format!("{}\n", std::process::id())).map_err(ControlError::Spawn)?;
+    let broker = Broker::new(ctx, token, identity);
+    let signals = Arc::clone(&broker);
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            signals.request_stop();
+        }
+    });
+    tracing::info!(pid = std::process::id(), "broker serving");
+    broker.serve(listener).await;
+    let _ = std::fs::remove_file(&socket);
+    let _ = std::fs::remove_file(dir.pid());
+    Ok(())
+}

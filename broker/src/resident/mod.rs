@@ -1,0 +1,14 @@
+//! The resident per-workspace broker: one process that owns the lease, the registry
+//! and the global operation cap, and serves any number of authenticated sessions over
+//! a Unix socket (HTTP/1.1 with an upgrade to newline-delimited MCP).
+
+mod control;
+mod fingerprint;
+mod http;
+mod runtime_dir;
+mod token;
+
+pub use control::{ControlError, broker_run, broker_start, broker_stop, connect};
+pub use fingerprint::BrokerIdentity;
+pub use runtime_dir::RuntimeDir;
+pub use token::{create_or_read_token, read_token};

@@ -1,0 +1,14 @@
+//! The client side of the marsh-mcp broker: the authenticated HTTP-over-Unix-socket
+//! handshake (probe, stop, session upgrade) and the bounded line relay that turns one
+//! stdio MCP client into one broker session. It never parses MCP, so any protocol
+//! version passes through unchanged.
+
+mod client;
+mod frames;
+mod relay;
+
+pub use client::{
+    BrokerClient, ClientError, PROBE_PATH, SESSION_PATH, STOP_PATH, UPGRADE_PROTOCOL,
+};
+pub use frames::{Frame, FrameReader, MAX_FRAME_BYTES};
+pub use relay::{RelayEnd, oversized_reply, relay};

@@ -1,0 +1,373 @@
+//! The resident broker and its authenticated connect proxies.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use marsh_tests::{Sandbox, Server};
+use serde_json::{Value, json};
+
+fn started(sb: &Sandbox) {
+    let (code, stderr) = sb.broker_start();
+    assert_eq!(code, Some(0), "broker-start failed: {stderr}");
+}
+
+fn broker_pid(sb: &Sandbox) -> i32 {
+    fs::read_to_string(sb.broker_dir().unwrap().join("broker.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn token(sb: &Sandbox) -> String {
+    fs::read_to_string(sb.broker_dir().unwrap().join("auth-token")).unwrap()
+}
+
+/// A raw HTTP request on the broker socket; returns the status code.
+fn raw_status(sb: &Sandbox, request: &str) -> u16 {
+    let mut stream = UnixStream::connect(sb.broker_dir().unwrap().join("broker.sock")).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = [0u8; 512];
+    let n = stream.read(&mut answer).unwrap();
+    let text = String::from_utf8_lossy(&answer[..n]);
+    text.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn wait_exit(child: &mut Server, bound: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + bound;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+#[test]
+fn two_proxies_share_scopes_and_the_global_cap_but_not_operations() {
+    let sb = Sandbox::new();
+    started(&sb);
+    let mut a = sb.connect();
+    let mut b = sb.connect();
+    let scope = a.ok("scope_start", json!({}))["scope_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let listed = b.ok("scope_list", json!({}));
+    assert!(
+        listed.to_string().contains(&scope),
+        "peers share the registry: {listed}"
+    );
+
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let s = if i < 2 { &mut a } else { &mut b };
+        let run = s.ok("shell_run", json!({"command": "sleep 30", "wait_ms": 0}));
+        ids.push(run["operation_id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(
+        a.err_kind("shell_run", json!({"command": "true"})),
+        "capacity_exhausted"
+    );
+    assert_eq!(
+        b.err_kind("scope_run", json!({"scope_id": scope, "command": "true"})),
+        "capacity_exhausted"
+    );
+
+    // Neither session can read, wait on or cancel the other's operation, and a foreign
+    // id is answered exactly like an id that never existed.
+    let foreign = &ids[0];
+    let never = "00000000-0000-4000-8000-000000000000";
+    for tool in ["operation_get", "operation_output", "operation_cancel"] {
+        let theirs = b.call(tool, json!({"operation_id": foreign}));
+        let nobody = b.call(tool, json!({"operation_id": never}));
+        assert_eq!(theirs["error"]["kind"], "not_owner", "{tool}");
+        assert_eq!(theirs["error"], nobody["error"], "{tool} reveals existence");
+    }
+    assert_eq!(
+        a.ok("operation_get", json!({"operation_id": foreign}))["state"],
+        "running"
+    );
+    for (i, id) in ids.iter().enumerate() {
+        let owner = if i < 2 { &mut a } else { &mut b };
+        owner.ok("operation_cancel", json!({"operation_id": id}));
+    }
+}
+
+#[test]
+fn killing_one_proxy_cancels_only_its_operations() {
+    let sb = Sandbox::new();
+    started(&sb);
+    let mut a = sb.connect();
+    let mut b = sb.connect();
+    for _ in 0..3 {
+        a.ok("shell_run", json!({"command": "sleep 60", "wait_ms": 0}));
+    }
+    let kept = b.ok("shell_run", json!({"command": "sleep 60", "wait_ms": 0}))["operation_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        b.err_kind("shell_run", json!({"command": "true"})),
+        "capacity_exhausted"
+    );
+    a.kill();
+    // a's three slots come back; b's operation keeps running.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut more = Vec::new();
+    while more.len() < 3 {
+        let envelope = b.call("shell_run", json!({"command": "sleep 60", "wait_ms": 0}));
+        if envelope["ok"] == true {
+            more.push(
+                envelope["data"]["operation_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        } else {
+            assert!(
+                Instant::now() < deadline,
+                "the killed proxy's operations were never cancelled"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    assert_eq!(
+        b.ok("operation_get", json!({"operation_id": kept}))["state"],
+        "running"
+    );
+    for id in more.iter().chain([&kept]) {
+        b.ok("operation_cancel", json!({"operation_id": id}));
+    }
+}
+
+#[test]
+fn kill_9_of_the_broker_ends_proxies_and_a_new_start_recovers_the_registry() {
+    let sb = Sandbox::new();
+    started(&sb);
+    let mut a = sb.connect();
+    let mut b = sb.connect();
+    let scope = a.ok("scope_start", json!({}))["scope_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(broker_pid(&sb)),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    for proxy in [&mut a, &mut b] {
+        let status = wait_exit(proxy, Duration::from_secs(10))
+            .expect("proxy did not exit after the broker died");
+        assert!(
+            !status.success(),
+            "a proxy that lost its broker must exit non-zero"
+        );
+    }
+    assert!(a.stderr().contains("marsh-mcp: "), "{}", a.stderr());
+    started(&sb);
+    let mut c = sb.connect();
+    let listed = c.ok("scope_list", json!({}));
+    assert!(
+        listed.to_string().contains(&scope),
+        "registry intact: {listed}"
+    );
+    assert_eq!(
+        c.ok(
+            "scope_run",
+            json!({"scope_id": scope, "command": "echo again"})
+        )["stdout_text"],
+        "again\n"
+    );
+}
+
+#[test]
+fn broker_start_is_idempotent_and_stop_is_refused_while_a_proxy_is_attached() {
+    let sb = Sandbox::new();
+    started(&sb);
+    let pid = broker_pid(&sb);
+    let (code, stderr) = sb.broker_start();
+    assert_eq!(code, Some(0));
+    assert!(stderr.contains("already running"), "{stderr}");
+    assert_eq!(broker_pid(&sb), pid);
+    let proxy = sb.connect();
+    let (code, stderr) = sb.startup(&sb.broker_args("broker-stop", &[]), &[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("session(s) attached"), "{stderr}");
+    assert!(proxy.close().success(), "clean stdin EOF exits 0");
+    let (code, stderr) = sb.startup(&sb.broker_args("broker-stop", &[]), &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err(),
+        "broker exited"
+    );
+    let (code, _) = sb.startup(&sb.broker_args("connect", &[]), &[]);
+    assert_eq!(code, Some(1), "connect without a broker fails");
+}
+
+#[test]
+fn a_rebuilt_binary_replaces_an_idle_broker_and_is_refused_while_one_is_attached() {
+    let sb = Sandbox::new();
+    let marsh = sb.prefix.bin("marsh").display().to_string();
+    let args = sb.broker_args("broker-start", &["--marsh", &marsh]);
+    let start_with = |exe: &std::path::Path| {
+        let out = sb.marsh_mcp_at(exe, &args, &[]).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = start_with(&sb.prefix.bin("marsh-mcp"));
+    assert_eq!(code, Some(0), "{stderr}");
+    let old = broker_pid(&sb);
+    // A "rebuilt" marsh-mcp: same code, different bytes, elsewhere.
+    let rebuilt_dir = sb.state().join("rebuilt");
+    fs::create_dir(&rebuilt_dir).unwrap();
+    let rebuilt = rebuilt_dir.join("marsh-mcp");
+    let mut bytes = fs::read(sb.prefix.bin("marsh-mcp")).unwrap();
+    bytes.extend_from_slice(b"rebuilt");
+    fs::write(&rebuilt, bytes).unwrap();
+    fs::set_permissions(&rebuilt, fs::Permissions::from_mode(0o755)).unwrap();
+    let run_rebuilt = || start_with(&rebuilt);
+    let attached = sb.connect();
+    let (code, stderr) = run_rebuilt();
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("another build or configuration"),
+        "{stderr}"
+    );
+    assert_eq!(broker_pid(&sb), old);
+    assert!(attached.close().success());
+    let (code, stderr) = run_rebuilt();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_ne!(broker_pid(&sb), old, "the idle old broker was replaced");
+    let mut fresh = sb.connect();
+    assert_eq!(fresh.ok("status", json!({}))["state"], "ready");
+}
+
+#[test]
+fn requests_without_the_right_token_are_refused() {
+    let sb = Sandbox::new();
+    started(&sb);
+    let probe = |auth: &str| {
+        format!("GET /v1/probe HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n")
+    };
+    assert_eq!(raw_status(&sb, &probe("")), 401);
+    assert_eq!(
+        raw_status(
+            &sb,
+            &probe(&format!("Authorization: Bearer {}\r\n", "0".repeat(64)))
+        ),
+        401
+    );
+    assert_eq!(
+        raw_status(
+            &sb,
+            &probe(&format!("Authorization: Bearer {}\r\n", token(&sb)))
+        ),
+        200
+    );
+    let session =
+        "POST /v1/session HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: mcp-lines\r\n\r\n";
+    assert_eq!(raw_status(&sb, session), 401);
+}
+
+#[test]
+fn another_uid_is_refused_even_with_a_loosened_socket() {
+    let sb = Sandbox::new();
+    started(&sb);
+    let dir = sb.broker_dir().unwrap();
+    for path in [sb.state(), sb.runtime_base(), dir.clone()] {
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    fs::set_permissions(dir.join("broker.sock"), fs::Permissions::from_mode(0o777)).unwrap();
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "curl",
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--unix-socket",
+        ])
+        .arg(dir.join("broker.sock"))
+        .args([
+            "-H",
+            &format!("Authorization: Bearer {}", token(&sb)),
+            "http://broker/v1/probe",
+        ])
+        .output()
+        .expect("setpriv and curl");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "403",
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The same request as the broker's own user passes.
+    let ok = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--unix-socket",
+        ])
+        .arg(dir.join("broker.sock"))
+        .args([
+            "-H",
+            &format!("Authorization: Bearer {}", token(&sb)),
+            "http://broker/v1/probe",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&ok.stdout), "200");
+}
+
+#[test]
+fn a_two_mib_frame_through_the_proxy_is_answered_and_the_session_continues() {
+    let sb = Sandbox::new();
+    started(&sb);
+    let mut proxy = sb.connect();
+    let mut frame = br#"{"jsonrpc":"2.0","id":77,"method":"tools/call","params":{"name":"shell_run","arguments":{"command":""#.to_vec();
+    frame.extend(std::iter::repeat_n(b'y', 2 * 1024 * 1024));
+    frame.extend_from_slice(b"\"}}}\n");
+    proxy.send_raw(&frame);
+    let reply: Value = proxy.recv(Duration::from_secs(30)).expect("an answer");
+    assert_eq!(reply["error"]["code"], -32600, "{reply}");
+    assert_eq!(
+        proxy.ok("shell_run", json!({"command": "echo fine"}))["stdout_text"],
+        "fine\n"
+    );
+}
+
+#[test]
+fn a_scope_root_of_two_hundred_characters_still_works() {
+    let sb = Sandbox::new();
+    let long_root = sb.state().join("r".repeat(100)).join("s".repeat(100));
+    let mut args = sb.broker_args("broker-start", &[]);
+    args[4] = long_root.display().to_string();
+    let (code, stderr) = sb.startup(&args, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    args[0] = "connect".into();
+    let mut proxy = Server::start(&sb, &args, &[]);
+    assert_eq!(
+        proxy.ok("shell_run", json!({"command": "echo long"}))["stdout_text"],
+        "long\n"
+    );
+    assert!(long_root.join("scopes.json").exists());
+}
