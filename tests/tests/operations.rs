@@ -147,13 +147,13 @@ fn background_run_reads_with_cursors_and_tail() {
 }
 
 #[test]
-fn unknown_and_malformed_operation_ids_are_typed_errors() {
+fn unowned_and_malformed_operation_ids_are_typed_errors() {
     let sb = Sandbox::new();
     let mut s = server(&sb);
     let unknown = "00000000-0000-4000-8000-000000000000";
     assert_eq!(
         s.err_kind("operation_get", json!({"operation_id": unknown})),
-        "unknown_operation"
+        "not_owner"
     );
     assert_eq!(
         s.err_kind("operation_cancel", json!({"operation_id": "not-a-uuid"})),
