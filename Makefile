@@ -52,7 +52,7 @@ demo: build-debug py-client
 ## bench: figures printed, not asserted
 bench:
 	$(CARGO) build --release --workspace --bins
-	$(CARGO) bench -p marsh-tests --bench serve
+	$(CARGO) bench -p marsh-tests --bench serve --bench broker
 
 clean:
 	$(CARGO) clean
