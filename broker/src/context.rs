@@ -48,9 +48,6 @@ impl ServerContext {
 
     /// `marsh-dev-` + the first 12 hex of the workspace hash.
     pub fn server_name(&self) -> String {
-        format!(
-            "marsh-dev-{}",
-            &self.workspace_hash[..12.min(self.workspace_hash.len())]
-        )
+        crate::startup::server_name(&self.workspace_hash)
     }
 }

@@ -94,6 +94,15 @@ fn overlaps(a: &Path, b: &Path) -> bool {
     a.starts_with(b) || b.starts_with(a)
 }
 
+/// The name clients register: `marsh-dev-` + the first 12 hex of the workspace hash
+/// (keeps `mcp__<server>__<tool>` under 64 characters).
+pub fn server_name(workspace_hash: &str) -> String {
+    format!(
+        "marsh-dev-{}",
+        workspace_hash.get(..12).unwrap_or(workspace_hash)
+    )
+}
+
 pub fn workspace_hash(canonical: &Path) -> String {
     hex(&Sha256::digest(canonical.as_os_str().as_bytes()))
 }
@@ -133,9 +142,8 @@ impl Workspace {
         })
     }
 
-    /// `marsh-dev-` + the first 12 hex of the workspace hash.
     pub fn server_name(&self) -> String {
-        format!("marsh-dev-{}", &self.hash[..12])
+        server_name(&self.hash)
     }
 }
 

@@ -46,7 +46,10 @@ fn main() {
         spawn.push(t.elapsed());
         assert!(proxy.close().success());
     }
-    println!("connect spawn -> initialize result: median {:.2} ms (n=25)", ms(percentile(&mut spawn, 0.5)));
+    println!(
+        "connect spawn -> initialize result: median {:.2} ms (n=25)",
+        ms(percentile(&mut spawn, 0.5))
+    );
 
     let mut proxy = sb.connect();
     timed_calls(&mut proxy, 50);
@@ -56,7 +59,10 @@ fn main() {
     let mut direct = Server::start(&direct_sb, &direct_sb.serve_root_args(&[]), &[]);
     timed_calls(&mut direct, 50);
     let mut via_direct = timed_calls(&mut direct, 1000);
-    let (p, d) = (percentile(&mut via_proxy, 0.5), percentile(&mut via_direct, 0.5));
+    let (p, d) = (
+        percentile(&mut via_proxy, 0.5),
+        percentile(&mut via_direct, 0.5),
+    );
     println!(
         "scope_list round trip: proxy median {:.3} ms, direct serve median {:.3} ms (n=1000 each); ratio {:.2}x",
         ms(p),
@@ -93,7 +99,8 @@ fn main() {
     }
     let wall = started.elapsed();
     let pid = std::fs::read_to_string(sb.broker_dir().unwrap().join("broker.pid")).unwrap();
-    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim())).unwrap_or_default();
+    let status =
+        std::fs::read_to_string(format!("/proc/{}/status", pid.trim())).unwrap_or_default();
     let hwm = status
         .lines()
         .find(|l| l.starts_with("VmHWM:"))

@@ -89,6 +89,22 @@ fn runtime_dir(root: &Path, env: &[(OsString, OsString)]) -> RuntimeDir {
     RuntimeDir::locate(root, xdg.as_deref())
 }
 
+/// The runtime directory a client should use: the one for this environment, or, when
+/// that holds no token, the `/tmp` one (a client launched by a gateway may not share the
+/// starter's `XDG_RUNTIME_DIR`).
+fn client_runtime_dir(root: &Path, env: &[(OsString, OsString)]) -> RuntimeDir {
+    let preferred = runtime_dir(root, env);
+    if preferred.token().exists() {
+        return preferred;
+    }
+    let fallback = RuntimeDir::locate(root, None);
+    if fallback.token().exists() {
+        fallback
+    } else {
+        preferred
+    }
+}
+
 fn canonical_root(args: &ServeArgs) -> PathBuf {
     // The root may not exist yet; validation resolves it the same way, so a broker and
     // its clients always agree on the runtime directory.
@@ -221,7 +237,7 @@ pub async fn broker_stop(
     env: &[(OsString, OsString)],
 ) -> Result<String, ControlError> {
     let (args, _) = with_root(args, env)?;
-    let dir = runtime_dir(&canonical_root(&args), env);
+    let dir = client_runtime_dir(&canonical_root(&args), env);
     const NONE: &str = "no broker is running for this workspace and root; nothing to stop";
     let token = match read_token(&dir.token()) {
         Ok(token) => token,
@@ -245,7 +261,7 @@ pub async fn broker_stop(
 /// `connect`: one stdio client to one broker session. Never creates the token.
 pub async fn connect(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<(), ControlError> {
     let (args, _) = with_root(args, env)?;
-    let dir = runtime_dir(&canonical_root(&args), env);
+    let dir = client_runtime_dir(&canonical_root(&args), env);
     dir.verify().map_err(|_| ControlError::NotRunning)?;
     let token = read_token(&dir.token())?;
     let session = BrokerClient::new(&dir.socket(), token)
