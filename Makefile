@@ -5,8 +5,11 @@ DEMO_DIR  ?= /tmp/marsh-mcp-demo-$(shell id -u)
 PY_VENV   := target/py-venv
 MCP_PY    := mcp==2.3.0
 BINS      := marsh-mcp marsh marshd sbx
+NPM_DIR   := target/npm-clients
+# The real clients the installer tests drive (offline, no login).
+NPM_PKGS  := @openai/codex@0.171.0 @anthropic-ai/claude-code@2.1.332
 
-.PHONY: all build build-debug install dev test lint unit demo bench py-client clean
+.PHONY: all build build-debug install dev test lint unit demo bench py-client npm-clients clean
 
 all: build
 
@@ -30,7 +33,7 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## test: lint, unit tests and the black-box suites (they need the built binaries)
-test: lint build-debug py-client
+test: lint build-debug py-client npm-clients
 	$(CARGO) test --workspace --no-fail-fast
 
 $(PY_VENV)/bin/python:
@@ -38,6 +41,11 @@ $(PY_VENV)/bin/python:
 	$(PY_VENV)/bin/pip install --quiet --disable-pip-version-check '$(MCP_PY)'
 
 py-client: $(PY_VENV)/bin/python
+
+$(NPM_DIR)/node_modules/.bin/codex:
+	npm install --silent --no-audit --no-fund --prefix $(NPM_DIR) $(NPM_PKGS)
+
+npm-clients: $(NPM_DIR)/node_modules/.bin/codex
 
 ## demo: build, install into a private prefix, run a real MCP client session
 demo: build-debug py-client

@@ -2,7 +2,24 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ClientArg {
+    Codex,
+    Claude,
+    Sbx,
+}
+
+impl From<ClientArg> for marsh_installers::Client {
+    fn from(c: ClientArg) -> Self {
+        match c {
+            ClientArg::Codex => Self::Codex,
+            ClientArg::Claude => Self::Claude,
+            ClientArg::Sbx => Self::Sbx,
+        }
+    }
+}
 
 #[derive(Debug, Parser)]
 #[command(
@@ -25,6 +42,14 @@ pub enum CliCommand {
     BrokerStop(ServeArgs),
     /// Relay this process's stdio MCP client to the broker (a thin proxy).
     Connect(ServeArgs),
+    /// Register this workspace's server with a client (run from the workspace).
+    Install { client: ClientArg },
+    /// Remove this workspace's registration from a client, only if it is exactly ours.
+    Uninstall { client: ClientArg },
+    /// Restore the SBX registration's broker (e.g. after a reboot); registrations untouched.
+    Start,
+    /// Stop the SBX registration's broker; refused while a proxy is attached.
+    Stop,
     /// The resident broker itself (spawned by broker-start).
     #[command(hide = true)]
     BrokerRun(ServeArgs),

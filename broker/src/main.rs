@@ -5,7 +5,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use marsh_broker::{Cli, CliCommand, prepare, resident, serve_session};
+use std::ffi::OsString;
+use std::path::Path;
+
+use marsh_broker::{Cli, CliCommand, ServeArgs, prepare, resident, serve_session};
+use marsh_installers::{Client, Environment, Registration};
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("MARSH_MCP_LOG")
@@ -22,8 +26,46 @@ fn fail(reason: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(1)
 }
 
+type Installer =
+    fn(Client, &Environment, &Path, &Path) -> Result<String, marsh_installers::InstallError>;
+
+fn installer(
+    client: Client,
+    env: &[(OsString, OsString)],
+    run: Installer,
+) -> anyhow::Result<String> {
+    let cwd = std::env::current_dir()?;
+    let exe = std::env::current_exe()?;
+    Ok(run(
+        client,
+        &Environment::new(env.iter().cloned()),
+        &cwd,
+        &exe,
+    )?)
+}
+
+/// `start`/`stop` act on the broker of this workspace's SBX registration.
+fn sbx_broker_args(env: &[(OsString, OsString)]) -> anyhow::Result<ServeArgs> {
+    let cwd = std::env::current_dir()?;
+    let exe = std::env::current_exe()?;
+    let reg = Registration::resolve(
+        Client::Sbx,
+        &Environment::new(env.iter().cloned()),
+        &cwd,
+        &exe,
+    )?;
+    Ok(ServeArgs {
+        workspace: Some(reg.workspace.into()),
+        home: None,
+        scope_root: Some(reg.root.into()),
+        marsh: Some(reg.marsh.into()),
+        sbx: reg.sbx.into(),
+        allow_full_sbx_control: false,
+    })
+}
+
 /// Control commands report on stderr: stdout belongs to MCP in every mode.
-fn report(outcome: Result<String, resident::ControlError>) -> ExitCode {
+fn report<E: std::fmt::Display>(outcome: Result<String, E>) -> ExitCode {
     match outcome {
         Ok(message) => {
             eprintln!("marsh-mcp: {message}");
@@ -83,6 +125,20 @@ fn main() -> ExitCode {
         CliCommand::BrokerStop(args) => {
             report(runtime.block_on(resident::broker_stop(&args, &env)))
         }
+        CliCommand::Install { client } => {
+            report(installer(client.into(), &env, marsh_installers::install))
+        }
+        CliCommand::Uninstall { client } => {
+            report(installer(client.into(), &env, marsh_installers::uninstall))
+        }
+        CliCommand::Start => match sbx_broker_args(&env) {
+            Ok(args) => report(runtime.block_on(resident::broker_start(&args, &env))),
+            Err(e) => fail(e),
+        },
+        CliCommand::Stop => match sbx_broker_args(&env) {
+            Ok(args) => report(runtime.block_on(resident::broker_stop(&args, &env))),
+            Err(e) => fail(e),
+        },
         CliCommand::BrokerRun(args) => match runtime.block_on(resident::broker_run(&args, &env)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e),

@@ -2,18 +2,17 @@
 //! server that answers `tools/list` has passed all of it.
 
 use std::ffi::OsString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use marsh_scope_registry::{ManagedRoot, RegistryError, ensure_owner_only_dir};
-use sha2::{Digest, Sha256};
+pub use marsh_scope_registry::{server_name, workspace_hash};
 
 use crate::child_env::{ChildEnv, ChildEnvError};
 use crate::cli::ServeArgs;
 use crate::context::ServerContext;
 use crate::marsh::MarshDriver;
-use crate::pinned::{PinError, PinnedExecutable, hex};
+use crate::pinned::{PinError, PinnedExecutable};
 use crate::scopes::ScopeSet;
 
 #[derive(Debug, thiserror::Error)]
@@ -94,19 +93,6 @@ fn overlaps(a: &Path, b: &Path) -> bool {
     a.starts_with(b) || b.starts_with(a)
 }
 
-/// The name clients register: `marsh-dev-` + the first 12 hex of the workspace hash
-/// (keeps `mcp__<server>__<tool>` under 64 characters).
-pub fn server_name(workspace_hash: &str) -> String {
-    format!(
-        "marsh-dev-{}",
-        workspace_hash.get(..12).unwrap_or(workspace_hash)
-    )
-}
-
-pub fn workspace_hash(canonical: &Path) -> String {
-    hex(&Sha256::digest(canonical.as_os_str().as_bytes()))
-}
-
 /// The canonical workspace: path, `(dev, ino)` and hash. Canonicalized once; later
 /// client paths are never consulted.
 #[derive(Debug, Clone)]
@@ -160,18 +146,11 @@ pub fn default_broker_root(
             .map(|(_, v)| PathBuf::from(v))
             .filter(|p| p.is_absolute())
     };
-    let base = if let Some(control) = lookup("MARSH_CONTROL_HOME") {
-        let mut name = control.into_os_string();
-        name.push("-mcp-scopes");
-        PathBuf::from(name)
-    } else if let Some(state) = lookup("XDG_STATE_HOME") {
-        state.join("marsh-mcp-scopes")
-    } else {
-        lookup("HOME")
-            .ok_or(StartupError::NoHome)?
-            .join(".local/state/marsh-mcp-scopes")
-    };
-    Ok(base.join("clients/sbx").join(&workspace.hash))
+    let base = marsh_scope_registry::scopes_base(lookup).ok_or(StartupError::NoHome)?;
+    Ok(marsh_scope_registry::sbx_client_root(
+        &base,
+        &workspace.hash,
+    ))
 }
 
 /// Where the default scope's home comes from, after validation.

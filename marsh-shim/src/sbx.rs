@@ -1,5 +1,5 @@
-//! `sbx`: the stand-in for the stock sandbox CLI. `sbx version` and `sbx ls --json`
-//! (read from a JSON state file).
+//! `sbx`: the stand-in for the stock sandbox CLI. `sbx version`, `sbx ls --json` (read
+//! from a JSON state file) and the `sbx mcp ...` verbs of [`crate::sbx_mcp`].
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -8,15 +8,19 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
-use crate::util::{self, log};
-
-const MAX_STATE_FILE: u64 = 4 << 20;
+use crate::sbx_state::StateFile;
+use crate::util::log;
 
 /// Entry point of the `sbx` binary; returns the process exit code.
 pub fn main() -> i32 {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
     let state = state_path(env("SBX_SHIM_STATE"), env("XDG_STATE_HOME"), env("HOME"));
+    if let Some((verb, rest)) = args.split_first()
+        && verb == "mcp"
+    {
+        return crate::sbx_mcp::main(rest, state);
+    }
     match dispatch(&args, state) {
         Ok(line) => match writeln!(std::io::stdout().lock(), "{line}") {
             Ok(()) => 0,
@@ -63,27 +67,18 @@ fn dispatch(args: &[OsString], state: Option<PathBuf>) -> Result<String> {
                 .ok_or_else(|| Error::failed("cannot locate the state file: HOME is not set"))?;
             Ok(json!({ "sandboxes": sandboxes(&state)? }).to_string())
         }
-        _ => Err(Error::Usage("usage: sbx version | sbx ls --json".into())),
+        _ => Err(Error::Usage(
+            "sbx version | sbx ls --json | sbx mcp VERB ... (see sbx mcp --help)".into(),
+        )),
     }
 }
 
 /// The `sandboxes` array of the state file; a missing file means none.
 fn sandboxes(path: &std::path::Path) -> Result<Vec<Value>> {
-    let bytes = match util::read_bounded(path, MAX_STATE_FILE) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
-    };
-    let state: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::failed(format!("{} is not valid JSON: {e}", path.display())))?;
-    match state.get("sandboxes") {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(items)) => Ok(items.clone()),
-        Some(_) => Err(Error::failed(format!(
-            "{}: `sandboxes` is not an array",
-            path.display()
-        ))),
-    }
+    StateFile::new(path.to_path_buf())
+        .read()
+        .and_then(|state| state.sandboxes())
+        .map_err(|e| Error::failed(e.to_string()))
 }
 
 #[cfg(test)]

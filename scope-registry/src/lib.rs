@@ -11,6 +11,7 @@ mod binding;
 mod error;
 mod identity;
 mod lease;
+mod naming;
 mod owner;
 mod registry;
 mod removal;
@@ -21,6 +22,7 @@ pub use binding::WorkspaceBinding;
 pub use error::RegistryError;
 pub use identity::DirIdentity;
 pub use lease::Lease;
+pub use naming::{sbx_client_root, scopes_base, server_name, workspace_hash};
 pub use owner::{ensure_owner_only_dir, verify_owner_only_dir};
 pub use registry::{
     AdmissionError, DIAGNOSTIC_LIMIT, Event, MAX_LIVE_SCOPES, MAX_RETAINED_SCOPES, Next,

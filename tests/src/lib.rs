@@ -36,6 +36,21 @@ pub fn built(name: &str) -> PathBuf {
     path
 }
 
+/// A real client CLI installed by `make npm-clients` (codex, claude).
+pub fn npm_bin(name: &str) -> PathBuf {
+    let path = target_dir()
+        .parent()
+        .expect("target")
+        .join("npm-clients/node_modules/.bin")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `make npm-clients` (done by `make test`)",
+        path.display()
+    );
+    path
+}
+
 /// A private install prefix: copies of marsh-mcp, marsh, marshd and sbx, 0755, in a
 /// root-or-euid-owned directory chain (the pinning rules refuse target/ paths only
 /// when they sit inside the workspace, but a copy keeps replacement tests local).
@@ -265,6 +280,8 @@ pub struct Server {
     replies: Receiver<Value>,
     stderr: Arc<Mutex<Vec<u8>>>,
     next_id: u64,
+    /// The child leads its own process group, killed whole on drop.
+    group: bool,
 }
 
 impl Server {
@@ -308,7 +325,18 @@ impl Server {
             replies: rx,
             stderr,
             next_id: 1,
+            group: false,
         }
+    }
+
+    /// Like [`Server::spawn`], in a process group of its own that is killed whole on
+    /// drop (for wrappers such as the npm `codex` script that spawn the real binary).
+    pub fn spawn_group(mut cmd: Command) -> Self {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+        let mut server = Self::spawn(cmd);
+        server.group = true;
+        server
     }
 
     /// Spawns and completes the `initialize` handshake.
@@ -456,6 +484,12 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if self.group {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(self.child.id() as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -1,0 +1,214 @@
+//! What a registration pins: the canonical workspace, the installed `marsh-mcp`, its
+//! sibling `marsh`, the resolved sbx, and the client's private scope root.
+
+use std::path::{Path, PathBuf};
+
+use marsh_scope_registry::{sbx_client_root, scopes_base, server_name, workspace_hash};
+
+use crate::InstallError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Client {
+    Codex,
+    Claude,
+    Sbx,
+}
+
+impl Client {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Codex => "codex",
+            Self::Claude => "claude",
+            Self::Sbx => "sbx",
+        }
+    }
+}
+
+/// Variables whose presence means this process runs inside a marsh guest (a project
+/// shell or Kit job), where host registration must not happen.
+const GUEST_MARKERS: &[&str] = &[
+    "MARSH_GUEST",
+    "MARSH_DAEMON_SOCKET",
+    "MARSH_DAEMON_TOKEN",
+    "MARSHD_SOCKET",
+    "MARSHD_TOKEN",
+];
+
+/// The caller's environment, as read once.
+#[derive(Debug, Clone, Default)]
+pub struct Environment {
+    vars: Vec<(String, String)>,
+}
+
+impl Environment {
+    pub fn new(vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>) -> Self {
+        Self {
+            vars: vars
+                .into_iter()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .collect(),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.vars
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// An absolute path from the environment, or `None`.
+    pub fn path(&self, name: &str) -> Option<PathBuf> {
+        self.get(name)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    }
+
+    pub fn refuse_guest(&self) -> Result<(), InstallError> {
+        match GUEST_MARKERS.iter().find(|m| self.get(m).is_some()) {
+            Some(variable) => Err(InstallError::InsideGuest { variable }),
+            None => Ok(()),
+        }
+    }
+
+    /// `program` on `$PATH`, canonicalized.
+    pub fn which(&self, program: &str) -> Option<PathBuf> {
+        self.get("PATH")?
+            .split(':')
+            .filter(|d| d.starts_with('/'))
+            .map(|d| Path::new(d).join(program))
+            .find(|p| p.is_file())
+            .and_then(|p| std::fs::canonicalize(p).ok())
+    }
+
+    /// The explicit environment a client CLI gets: PATH and HOME, plus `extra` names
+    /// when set. Nothing else is inherited.
+    pub fn for_client(&self, extra: &[&str]) -> Vec<(String, String)> {
+        ["PATH", "HOME", "LANG", "TERM"]
+            .iter()
+            .chain(extra)
+            .filter_map(|k| self.get(k).map(|v| ((*k).to_string(), v.to_string())))
+            .collect()
+    }
+}
+
+/// One client's registration of this workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registration {
+    pub client: Client,
+    pub name: String,
+    pub workspace: String,
+    pub marsh_mcp: String,
+    pub marsh: String,
+    pub sbx: String,
+    pub root: String,
+}
+
+fn canonical(what: &'static str, path: &Path) -> Result<PathBuf, InstallError> {
+    std::fs::canonicalize(path).map_err(|source| InstallError::Resolve {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Registered values travel through `sbx --args` (comma-separated) and client configs.
+fn safe(what: &'static str, path: &Path) -> Result<String, InstallError> {
+    match path.to_str() {
+        Some(s) if !s.contains(',') => Ok(s.to_owned()),
+        _ => Err(InstallError::UnsafeValue {
+            what,
+            value: path.to_string_lossy().into_owned(),
+        }),
+    }
+}
+
+impl Registration {
+    /// Resolves every pinned value. `cwd` is the workspace; `exe` the running marsh-mcp.
+    pub fn resolve(
+        client: Client,
+        env: &Environment,
+        cwd: &Path,
+        exe: &Path,
+    ) -> Result<Self, InstallError> {
+        env.refuse_guest()?;
+        let workspace = canonical("the workspace", cwd)?;
+        let hash = workspace_hash(&workspace);
+        let marsh_mcp = canonical("the installed marsh-mcp", exe)?;
+        let marsh = canonical("the installed marsh", &marsh_mcp.with_file_name("marsh"))?;
+        let sbx_source = match env.path("MARSH_SBX") {
+            Some(path) => path,
+            None => env.which("sbx").ok_or(InstallError::MissingClient {
+                client: "sbx",
+                hint: "set MARSH_SBX to the sbx executable or put sbx on PATH",
+            })?,
+        };
+        let sbx = canonical("the sbx executable", &sbx_source)?;
+        let home = || env.path("HOME");
+        let root = match client {
+            Client::Codex => env
+                .path("CODEX_HOME")
+                .or_else(|| home().map(|h| h.join(".codex")))
+                .ok_or(InstallError::NoHome { what: "CODEX_HOME" })?
+                .join("marsh/dev-mcp/codex")
+                .join(&hash),
+            Client::Claude => env
+                .path("CLAUDE_CONFIG_DIR")
+                .or_else(|| home().map(|h| h.join(".claude")))
+                .ok_or(InstallError::NoHome {
+                    what: "CLAUDE_CONFIG_DIR",
+                })?
+                .join("marsh/dev-mcp/claude")
+                .join(&hash),
+            Client::Sbx => sbx_client_root(
+                &scopes_base(|k| env.path(k)).ok_or(InstallError::NoHome {
+                    what: "the SBX scope root",
+                })?,
+                &hash,
+            ),
+        };
+        Ok(Self {
+            client,
+            name: server_name(&hash),
+            workspace: safe("the workspace", &workspace)?,
+            marsh_mcp: safe("marsh-mcp", &marsh_mcp)?,
+            marsh: safe("marsh", &marsh)?,
+            sbx: safe("sbx", &sbx)?,
+            root: safe("the scope root", &root)?,
+        })
+    }
+
+    /// The arguments after the program: `<verb> --workspace W --scope-root R --marsh M --sbx S`.
+    pub fn args(&self, verb: &str) -> Vec<String> {
+        [
+            verb,
+            "--workspace",
+            &self.workspace,
+            "--scope-root",
+            &self.root,
+            "--marsh",
+            &self.marsh,
+            "--sbx",
+            &self.sbx,
+        ]
+        .iter()
+        .map(|s| (*s).to_string())
+        .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_guests_and_commas() {
+        let env = Environment::new([("MARSHD_TOKEN".into(), "x".into())]);
+        assert!(matches!(
+            env.refuse_guest(),
+            Err(InstallError::InsideGuest { .. })
+        ));
+        assert!(safe("x", Path::new("/a,b")).is_err());
+        assert_eq!(safe("x", Path::new("/a/b")).unwrap(), "/a/b");
+    }
+}

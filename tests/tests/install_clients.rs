@@ -1,0 +1,260 @@
+//! `marsh-mcp install codex|claude` with the real clients (installed by `make
+//! npm-clients`), offline and without login, each with a private CODEX_HOME /
+//! CLAUDE_CONFIG_DIR / HOME.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use marsh_tests::{Sandbox, Server, npm_bin};
+use serde_json::{Value, json};
+
+struct Clients {
+    path: String,
+    codex_home: PathBuf,
+    claude_dir: PathBuf,
+}
+
+fn clients(sb: &Sandbox) -> Clients {
+    let bin = npm_bin("codex").parent().unwrap().to_path_buf();
+    let codex_home = sb.state().join("codex");
+    let claude_dir = sb.state().join("claude");
+    fs::create_dir_all(&codex_home).unwrap();
+    fs::create_dir_all(&claude_dir).unwrap();
+    Clients {
+        path: format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()),
+        codex_home,
+        claude_dir,
+    }
+}
+
+fn marsh_mcp(sb: &Sandbox, c: &Clients, args: &[&str]) -> (Option<i32>, String) {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let out = sb
+        .marsh_mcp(&args, &[])
+        .env("PATH", &c.path)
+        .env("CODEX_HOME", &c.codex_home)
+        .env("CLAUDE_CONFIG_DIR", &c.claude_dir)
+        .env("MARSH_SBX", sb.prefix.bin("sbx"))
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn client(sb: &Sandbox, c: &Clients, program: &str, args: &[&str]) -> Output {
+    Command::new(npm_bin(program))
+        .args(args)
+        .env_clear()
+        .env("PATH", &c.path)
+        .env("HOME", sb.state().join("user"))
+        .env("CODEX_HOME", &c.codex_home)
+        .env("CLAUDE_CONFIG_DIR", &c.claude_dir)
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .current_dir(sb.workspace())
+        .output()
+        .unwrap()
+}
+
+fn server_name(sb: &Sandbox) -> String {
+    marsh_scope_registry::server_name(&marsh_scope_registry::workspace_hash(&sb.workspace()))
+}
+
+/// One JSON-RPC exchange with `codex app-server` (no `jsonrpc` member in its dialect);
+/// server-initiated requests are refused so nothing blocks.
+fn app_request(server: &mut Server, method: &str, params: Value) -> Value {
+    let id = server.next_request_id();
+    server.send(&json!({"id": id, "method": method, "params": params}));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let msg = server
+            .recv(left)
+            .unwrap_or_else(|| panic!("no answer to {method}; stderr: {}", server.stderr()));
+        if msg.get("method").is_some() {
+            if let Some(rid) = msg.get("id") {
+                server.send(&json!({"id": rid, "error": {"code": -32601, "message": "not handled by the test"}}));
+            }
+            continue;
+        }
+        if msg.get("id") == Some(&json!(id)) {
+            return msg;
+        }
+    }
+}
+
+#[test]
+fn codex_install_is_verified_idempotent_refuses_foreign_entries_and_serves_all_tools() {
+    let sb = Sandbox::new();
+    let c = clients(&sb);
+    let name = server_name(&sb);
+    let (code, stderr) = marsh_mcp(&sb, &c, &["install", "codex"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let got: Value =
+        serde_json::from_slice(&client(&sb, &c, "codex", &["mcp", "get", &name, "--json"]).stdout)
+            .unwrap();
+    assert_eq!(
+        got["transport"]["command"],
+        sb.prefix.bin("marsh-mcp").display().to_string()
+    );
+    assert_eq!(got["transport"]["args"][0], "serve");
+    let root = got["transport"]["args"][4].as_str().unwrap().to_string();
+    assert!(
+        root.starts_with(
+            &c.codex_home
+                .join("marsh/dev-mcp/codex")
+                .display()
+                .to_string()
+        ),
+        "{root}"
+    );
+    let (code, stderr) = marsh_mcp(&sb, &c, &["install", "codex"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("nothing changed"), "{stderr}");
+
+    // codex app-server lists the server with all 22 tools and calls shell_run.
+    let mut cmd = Command::new(npm_bin("codex"));
+    cmd.args(["app-server", "--disable", "plugins", "-c"])
+        .arg(r#"model_providers.offline={name="offline",base_url="http://127.0.0.1:9/v1",wire_api="responses"}"#)
+        .args(["-c", "model_provider=offline", "-c", "model=offline"])
+        .env_clear()
+        .env("PATH", &c.path)
+        .env("HOME", sb.state().join("user"))
+        .env("CODEX_HOME", &c.codex_home)
+        .current_dir(sb.workspace());
+    let mut app = Server::spawn_group(cmd);
+    let init = app_request(
+        &mut app,
+        "initialize",
+        json!({"clientInfo": {"name": "marsh-tests", "title": null, "version": "0"}, "capabilities": null}),
+    );
+    assert!(init.get("result").is_some(), "{init}");
+    app.send(&json!({"method": "initialized"}));
+    let thread = app_request(
+        &mut app,
+        "thread/start",
+        json!({"ephemeral": true, "cwd": sb.workspace()}),
+    );
+    let thread_id = thread["result"]["thread"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{thread}"))
+        .to_string();
+    let status = app_request(
+        &mut app,
+        "mcpServerStatus/list",
+        json!({"threadId": thread_id, "serverName": name}),
+    );
+    let entry = status["result"]["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name.as_str())
+        .cloned()
+        .unwrap_or_else(|| panic!("{status}"));
+    assert!(
+        entry.get("toolsError").is_none_or(Value::is_null),
+        "{entry}"
+    );
+    assert_eq!(
+        entry["tools"].as_object().map(|t| t.len()),
+        Some(22),
+        "{entry}"
+    );
+    let call = app_request(
+        &mut app,
+        "mcpServer/tool/call",
+        json!({"threadId": thread_id, "server": name, "tool": "shell_run", "arguments": {"command": "echo from-codex"}}),
+    );
+    assert!(call.to_string().contains("from-codex"), "{call}");
+    eprintln!(
+        "codex listed {} tools; call: {}",
+        entry["tools"].as_object().map_or(0, |t| t.len()),
+        call
+    );
+    drop(app);
+
+    // A hand-modified entry is refused and left byte-identical; uninstall refuses it too.
+    let config = c.codex_home.join("config.toml");
+    let original = fs::read_to_string(&config).unwrap();
+    let modified = original.replacen("\"serve\"", "\"serve\", \"--allow-full-sbx-control\"", 1);
+    assert_ne!(original, modified);
+    fs::write(&config, &modified).unwrap();
+    let (code, stderr) = marsh_mcp(&sb, &c, &["install", "codex"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("different entry"), "{stderr}");
+    assert_eq!(fs::read_to_string(&config).unwrap(), modified);
+    let (code, _) = marsh_mcp(&sb, &c, &["uninstall", "codex"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(fs::read_to_string(&config).unwrap(), modified);
+    // The exact entry is removed by uninstall.
+    fs::write(&config, &original).unwrap();
+    let (code, stderr) = marsh_mcp(&sb, &c, &["uninstall", "codex"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        !client(&sb, &c, "codex", &["mcp", "get", &name, "--json"])
+            .status
+            .success()
+    );
+}
+
+#[test]
+fn claude_install_connects_is_idempotent_and_refuses_a_foreign_entry() {
+    let sb = Sandbox::new();
+    let c = clients(&sb);
+    let name = server_name(&sb);
+    let (code, stderr) = marsh_mcp(&sb, &c, &["install", "claude"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let get = client(&sb, &c, "claude", &["mcp", "get", &name]);
+    let text = String::from_utf8_lossy(&get.stdout);
+    assert!(
+        text.contains("✔ Connected"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&get.stderr)
+    );
+    assert!(text.contains("Local"), "{text}");
+    assert!(
+        !sb.workspace().join(".mcp.json").exists(),
+        "never the shared project file"
+    );
+    let (code, stderr) = marsh_mcp(&sb, &c, &["install", "claude"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("nothing changed"), "{stderr}");
+
+    let config = c.claude_dir.join(".claude.json");
+    let mut doc: Value = serde_json::from_str(&fs::read_to_string(&config).unwrap()).unwrap();
+    let key = sb.workspace().display().to_string();
+    doc["projects"][&key]["mcpServers"][&name]["command"] = json!("/usr/bin/somebody-else");
+    let foreign = serde_json::to_string_pretty(&doc).unwrap();
+    fs::write(&config, &foreign).unwrap();
+    let (code, stderr) = marsh_mcp(&sb, &c, &["install", "claude"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("different entry"), "{stderr}");
+    assert_eq!(fs::read_to_string(&config).unwrap(), foreign);
+    let (code, _) = marsh_mcp(&sb, &c, &["uninstall", "claude"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(fs::read_to_string(&config).unwrap(), foreign);
+}
+
+#[test]
+fn a_missing_client_cli_says_what_to_install() {
+    let sb = Sandbox::new();
+    let c = Clients {
+        path: "/usr/bin:/bin".into(),
+        codex_home: sb.state().join("codex"),
+        claude_dir: sb.state().join("claude"),
+    };
+    for (client, hint) in [
+        ("codex", "@openai/codex"),
+        ("claude", "@anthropic-ai/claude-code"),
+    ] {
+        let (code, stderr) = marsh_mcp(&sb, &c, &["install", client]);
+        assert_eq!(code, Some(1));
+        assert!(stderr.contains(hint), "{stderr}");
+    }
+}

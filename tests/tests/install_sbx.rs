@@ -1,0 +1,226 @@
+//! `marsh-mcp install sbx` against the stand-in sbx, `start`/`stop`, and several
+//! "sandboxes" attached to one broker through the one registration.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use marsh_tests::{Sandbox, Server};
+use serde_json::{Value, json};
+
+/// Runs `marsh-mcp <args>` the way a user does: from the workspace, with a private
+/// HOME (so the SBX root and the stand-in's state live in the sandbox).
+fn run(sb: &Sandbox, args: &[&str], sbx: Option<&PathBuf>) -> (Option<i32>, String) {
+    let sbx = sbx.cloned().unwrap_or_else(|| sb.prefix.bin("sbx"));
+    let out = sb
+        .marsh_mcp(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>(), &[])
+        .env("MARSH_SBX", &sbx)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn sbx(sb: &Sandbox, args: &[&str]) -> std::process::Output {
+    Command::new(sb.prefix.bin("sbx"))
+        .args(args)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", sb.state().join("user"))
+        .env("XDG_RUNTIME_DIR", sb.runtime_base())
+        .current_dir(sb.workspace())
+        .output()
+        .unwrap()
+}
+
+fn server_name(sb: &Sandbox) -> String {
+    let out = sbx(sb, &["mcp", "ls", "--json"]);
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    listed["servers"][0]["name"].as_str().unwrap().to_string()
+}
+
+/// A "sandbox" attached through the gateway verb of the stand-in.
+fn attach(sb: &Sandbox, name: &str, sandbox: &str) -> Server {
+    let mut cmd = Command::new(sb.prefix.bin("sbx"));
+    cmd.args(["mcp", "gateway-exec", name, "--sandbox", sandbox])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", sb.state().join("user"))
+        .env("XDG_RUNTIME_DIR", sb.runtime_base())
+        .current_dir(sb.workspace());
+    let mut server = Server::spawn(cmd);
+    let init = server.initialize();
+    assert!(init.get("result").is_some(), "{init}; {}", server.stderr());
+    server
+}
+
+#[test]
+fn install_registers_the_connect_proxy_and_sandboxes_share_one_broker() {
+    let sb = Sandbox::new();
+    let (code, stderr) = run(&sb, &["install", "sbx"], None);
+    assert_eq!(code, Some(0), "{stderr}");
+    let name = server_name(&sb);
+    assert!(
+        name.starts_with("marsh-dev-") && name.len() == "marsh-dev-".len() + 12,
+        "{name}"
+    );
+    let inspected: Value =
+        serde_json::from_slice(&sbx(&sb, &["mcp", "inspect", &name, "--json"]).stdout).unwrap();
+    assert_eq!(
+        inspected["command"],
+        sb.prefix.bin("marsh-mcp").display().to_string()
+    );
+    assert_eq!(inspected["args"][0], "connect");
+    assert_eq!(inspected["dir"], sb.workspace().display().to_string());
+    // Reinstalling is safe and ends in the same definition.
+    let (code, stderr) = run(&sb, &["install", "sbx"], None);
+    assert_eq!(code, Some(0), "{stderr}");
+    let again: Value =
+        serde_json::from_slice(&sbx(&sb, &["mcp", "inspect", &name, "--json"]).stdout).unwrap();
+    assert_eq!(again["args"], inspected["args"]);
+
+    for sandbox in ["one", "two"] {
+        assert!(
+            sbx(&sb, &["mcp", "load", &name, "--sandbox", sandbox])
+                .status
+                .success()
+        );
+    }
+    let mut one = attach(&sb, &name, "one");
+    let mut two = attach(&sb, &name, "two");
+    let scope = one.ok("scope_start", json!({}))["scope_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        two.ok("scope_list", json!({})).to_string().contains(&scope),
+        "one broker, shared scopes"
+    );
+
+    // stop refuses while a sandbox is attached.
+    let (code, stderr) = run(&sb, &["stop"], None);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("attached"), "{stderr}");
+
+    // After the broker dies, start brings it back and both sandboxes work again.
+    let pid: i32 = fs::read_to_string(sb.broker_dir().unwrap().join("broker.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    for proxy in [&mut one, &mut two] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while proxy.try_wait().is_none() {
+            assert!(Instant::now() < deadline, "proxy outlived its broker");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let (code, stderr) = run(&sb, &["start"], None);
+    assert_eq!(code, Some(0), "{stderr}");
+    let mut one = attach(&sb, &name, "one");
+    let mut two = attach(&sb, &name, "two");
+    assert!(one.ok("scope_list", json!({})).to_string().contains(&scope));
+    assert_eq!(
+        two.ok(
+            "scope_run",
+            json!({"scope_id": scope, "command": "echo back"})
+        )["stdout_text"],
+        "back\n"
+    );
+    drop((one, two));
+    // The registration was never touched by start/stop.
+    let after: Value =
+        serde_json::from_slice(&sbx(&sb, &["mcp", "inspect", &name, "--json"]).stdout).unwrap();
+    assert_eq!(after["args"], inspected["args"]);
+    let (code, stderr) = run(&sb, &["uninstall", "sbx"], None);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!sbx(&sb, &["mcp", "inspect", &name]).status.success());
+}
+
+/// A fake sbx whose `mcp rm` answers with `message` and `code`; everything else fails.
+fn fake_sbx(sb: &Sandbox, message: &str, code: i32) -> PathBuf {
+    let dir = sb.state().join("fake-sbx");
+    fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("sbx");
+    fs::write(
+        &path,
+        format!("#!/bin/sh\nif [ \"$1 $2\" = \"mcp rm\" ]; then echo '{message}' >&2; exit {code}; fi\necho \"unexpected: $*\" >> {}/calls\nexit 9\n", dir.display()),
+    )
+    .unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[test]
+fn install_aborts_on_a_lookalike_not_found_or_any_other_remove_failure() {
+    let sb = Sandbox::new();
+    for (message, why) in [
+        (
+            "MCP server \"marsh-dev-000000000000\" not found",
+            "lookalike name",
+        ),
+        ("error: cannot reach the sbx daemon", "transport failure"),
+    ] {
+        let fake = fake_sbx(&sb, message, 1);
+        let (code, stderr) = run(&sb, &["install", "sbx"], Some(&fake));
+        assert_eq!(code, Some(1), "{why}: {stderr}");
+        assert!(stderr.contains("nothing was added"), "{why}: {stderr}");
+        assert!(
+            !sb.state().join("fake-sbx/calls").exists(),
+            "{why}: add must not run"
+        );
+        let _ = run(&sb, &["stop"], Some(&fake));
+    }
+}
+
+#[test]
+fn install_refuses_inside_a_marsh_guest_and_values_with_commas() {
+    let sb = Sandbox::new();
+    let out = sb
+        .marsh_mcp(
+            &["install".to_string(), "sbx".to_string()],
+            &[("MARSHD_TOKEN", "x")],
+        )
+        .env("MARSH_SBX", sb.prefix.bin("sbx"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("inside a marsh guest"));
+    let comma = sb.state().join("a,b");
+    fs::create_dir(&comma).unwrap();
+    fs::copy(sb.prefix.bin("sbx"), comma.join("sbx")).unwrap();
+    let (code, stderr) = run(&sb, &["install", "sbx"], Some(&comma.join("sbx")));
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("comma"), "{stderr}");
+}
+
+#[test]
+fn marsh_mcp_subcommand_of_the_stand_in_reaches_the_installer() {
+    let sb = Sandbox::new();
+    let out = Command::new(sb.prefix.bin("marsh"))
+        .args(["mcp", "install", "sbx"])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", sb.state().join("user"))
+        .env("XDG_RUNTIME_DIR", sb.runtime_base())
+        .env("MARSH_SBX", sb.prefix.bin("sbx"))
+        .current_dir(sb.workspace())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(server_name(&sb).starts_with("marsh-dev-"));
+}
