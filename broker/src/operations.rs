@@ -39,6 +39,22 @@ pub enum OpKind {
     ScopeRemove,
 }
 
+impl OpKind {
+    /// The tool that creates this kind of operation (also its serialized name).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ShellRun => "shell_run",
+            Self::Prewarm => "prewarm",
+            Self::WorkersReset => "workers_reset",
+            Self::Qualify => "qualify",
+            Self::ScopeStart => "scope_start",
+            Self::ScopeReset => "scope_reset",
+            Self::ScopeStop => "scope_stop",
+            Self::ScopeRemove => "scope_remove",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OpState {

@@ -52,10 +52,7 @@ pub struct Plan {
 /// How a plan ended.
 #[derive(Debug, Default)]
 pub struct Outcome {
-    /// Steps that succeeded, in order.
-    pub completed: usize,
-    /// The step that failed, if one did (by index into the plan).
-    pub failed_step: Option<usize>,
+    /// The step that failed or was not reached because of a cancel, if any.
     pub failed: Option<Step>,
     /// The last child's ending.
     pub ending: Option<Ending>,
@@ -66,7 +63,7 @@ pub struct Outcome {
 
 impl Outcome {
     pub fn succeeded(&self) -> bool {
-        self.failed_step.is_none() && self.error.is_none()
+        self.failed.is_none() && self.error.is_none()
     }
 
     pub fn exit_code(&self) -> Option<i32> {
@@ -120,9 +117,8 @@ async fn run_plan(ctx: &ServerContext, op: &Arc<Operation>, plan: Plan) -> Outco
         drained: true,
         ..Outcome::default()
     };
-    for (index, step) in plan.steps.into_iter().enumerate() {
+    for step in plan.steps {
         if op.cancel_token().is_cancelled() {
-            outcome.failed_step = Some(index);
             outcome.failed = Some(step);
             break;
         }
@@ -152,7 +148,6 @@ async fn run_plan(ctx: &ServerContext, op: &Arc<Operation>, plan: Plan) -> Outco
                             )
                             .as_bytes(),
                         );
-                        outcome.completed += 1;
                         continue;
                     }
                     Ok(Err(e)) => Err(ToolError::new(
@@ -170,7 +165,6 @@ async fn run_plan(ctx: &ServerContext, op: &Arc<Operation>, plan: Plan) -> Outco
             Ok(cmd) => cmd,
             Err(e) => {
                 outcome.error = Some(e);
-                outcome.failed_step = Some(index);
                 outcome.failed = Some(step);
                 break;
             }
@@ -180,11 +174,9 @@ async fn run_plan(ctx: &ServerContext, op: &Arc<Operation>, plan: Plan) -> Outco
         let ok = matches!(&supervised.ending, Ending::Exited(s) if s.success());
         outcome.ending = Some(supervised.ending);
         if !ok {
-            outcome.failed_step = Some(index);
             outcome.failed = Some(step);
             break;
         }
-        outcome.completed += 1;
     }
     outcome
 }

@@ -25,26 +25,13 @@ use marsh_scope_registry::{MAX_LIVE_SCOPES, MAX_RETAINED_SCOPES};
 /// The bound of every exact whole-scope lifecycle step.
 const SCOPE_LIFECYCLE_TIMEOUT: Duration = Duration::from_secs(600);
 
-fn op_name(kind: OpKind) -> &'static str {
-    match kind {
-        OpKind::ScopeStart => "scope_start",
-        OpKind::ScopeReset => "scope_reset",
-        OpKind::ScopeStop => "scope_stop",
-        OpKind::ScopeRemove => "scope_remove",
-        OpKind::ShellRun => "shell_run",
-        OpKind::Prewarm => "prewarm",
-        OpKind::WorkersReset => "workers_reset",
-        OpKind::Qualify => "qualify",
-    }
-}
-
 /// Turns a lifecycle plan's outcome into the registry transition and the verdict.
 /// A cancelled or failed step leaves the scope failed (inspectable, recoverable with
 /// scope_reset); marsh's busy refusal after a proven boot leaves it ready.
 fn lifecycle_finish(id: ScopeId, kind: OpKind) -> Finish {
     Box::new(
         move |ctx: &ServerContext, op: &Operation, outcome: &Outcome| {
-            let name = op_name(kind);
+            let name = kind.as_str();
             let cancelled = op.cancel_token().is_cancelled();
             let (event, error) = if outcome.succeeded() && !cancelled {
                 (Event::Succeeded, None)
