@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use crate::InstallError;
 use crate::registration::{Environment, Registration};
 use crate::runner::ClientCommand;
+use crate::verified::{self, ClientStore};
 
 const CLAUDE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Keep the CLI offline and quiet: no update checks, telemetry or other traffic.
@@ -126,69 +127,59 @@ fn run(command: ClientCommand) -> Result<(), InstallError> {
     })
 }
 
-pub fn install(reg: &Registration, env: &Environment) -> Result<String, InstallError> {
-    let program = claude_binary(env)?;
-    if let Some(found) = local_entry(reg, env)? {
-        return match difference(reg, &found) {
-            None => Ok(format!(
-                "claude already has {} in local scope exactly as expected; nothing changed",
-                reg.name
-            )),
-            Some(difference) => Err(InstallError::Conflict {
-                client: "claude",
-                name: reg.name.clone(),
-                difference,
-            }),
-        };
+struct Claude<'a> {
+    program: PathBuf,
+    reg: &'a Registration,
+    env: &'a Environment,
+}
+
+impl ClientStore for Claude<'_> {
+    const CLIENT: &'static str = "claude";
+
+    fn read(&self) -> Result<Option<Value>, InstallError> {
+        local_entry(self.reg, self.env)
     }
-    let mut args = vec![
-        "mcp".to_string(),
-        "add".into(),
-        reg.name.clone(),
-        "--scope".into(),
-        "local".into(),
-        "--".into(),
-        reg.marsh_mcp.clone(),
-    ];
-    args.extend(reg.args("serve"));
-    run(claude(&program, reg, env, args))?;
-    match local_entry(reg, env)?.map(|found| difference(reg, &found)) {
-        Some(None) => Ok(format!(
-            "registered {} with claude in local scope (private root {})",
-            reg.name, reg.root
-        )),
-        Some(Some(difference)) => Err(InstallError::VerifyFailed {
-            client: "claude",
-            name: reg.name.clone(),
-            difference,
-        }),
-        None => Err(InstallError::VerifyFailed {
-            client: "claude",
-            name: reg.name.clone(),
-            difference: "no local-scope entry for this workspace".into(),
-        }),
+
+    fn difference(&self, found: &Value) -> Option<String> {
+        difference(self.reg, found)
+    }
+
+    fn add(&self) -> Result<(), InstallError> {
+        // The name precedes every option: `-e` would swallow what follows it.
+        let mut args = vec![
+            "mcp".to_string(),
+            "add".into(),
+            self.reg.name.clone(),
+            "--scope".into(),
+            "local".into(),
+            "--".into(),
+            self.reg.marsh_mcp.clone(),
+        ];
+        args.extend(self.reg.args("serve"));
+        run(claude(&self.program, self.reg, self.env, args))
+    }
+
+    fn remove(&self) -> Result<(), InstallError> {
+        let args = ["mcp", "remove", &self.reg.name, "--scope", "local"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        run(claude(&self.program, self.reg, self.env, args))
     }
 }
 
+fn store<'a>(reg: &'a Registration, env: &'a Environment) -> Result<Claude<'a>, InstallError> {
+    Ok(Claude {
+        program: claude_binary(env)?,
+        reg,
+        env,
+    })
+}
+
+pub fn install(reg: &Registration, env: &Environment) -> Result<String, InstallError> {
+    verified::install(&store(reg, env)?, reg)
+}
+
 pub fn uninstall(reg: &Registration, env: &Environment) -> Result<String, InstallError> {
-    let program = claude_binary(env)?;
-    let Some(found) = local_entry(reg, env)? else {
-        return Ok(format!(
-            "claude has no local {}; nothing to remove",
-            reg.name
-        ));
-    };
-    if let Some(difference) = difference(reg, &found) {
-        return Err(InstallError::Conflict {
-            client: "claude",
-            name: reg.name.clone(),
-            difference,
-        });
-    }
-    let args = ["mcp", "remove", &reg.name, "--scope", "local"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    run(claude(&program, reg, env, args))?;
-    Ok(format!("removed {} from claude's local scope", reg.name))
+    verified::uninstall(&store(reg, env)?, reg)
 }

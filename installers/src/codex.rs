@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use crate::InstallError;
 use crate::registration::{Environment, Registration};
 use crate::runner::ClientCommand;
+use crate::verified::{self, ClientStore};
 
 const CODEX_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -99,82 +100,73 @@ fn difference(reg: &Registration, found: &Value) -> Option<String> {
     })
 }
 
-pub fn install(reg: &Registration, env: &Environment) -> Result<String, InstallError> {
-    let program = codex_binary(env)?;
-    if let Some(found) = get(&program, reg, env)? {
-        return match difference(reg, &found) {
-            None => Ok(format!(
-                "codex already has {} exactly as expected; nothing changed",
-                reg.name
-            )),
-            Some(difference) => Err(InstallError::Conflict {
-                client: "codex",
-                name: reg.name.clone(),
-                difference,
-            }),
-        };
-    }
-    let mut args = vec![
-        "mcp".to_string(),
-        "add".into(),
-        reg.name.clone(),
-        "--".into(),
-        reg.marsh_mcp.clone(),
-    ];
-    args.extend(reg.args("serve"));
-    let command = ClientCommand::new(
-        &program,
-        Path::new(&reg.workspace),
-        env.for_client(&["CODEX_HOME"]),
-        CODEX_TIMEOUT,
-    )
-    .args(args);
-    let done = command.run()?;
-    if !done.ok() {
-        return Err(InstallError::ClientFailed {
+struct Codex<'a> {
+    program: PathBuf,
+    reg: &'a Registration,
+    env: &'a Environment,
+}
+
+impl Codex<'_> {
+    fn run(&self, args: Vec<String>) -> Result<(), InstallError> {
+        let command = ClientCommand::new(
+            &self.program,
+            Path::new(&self.reg.workspace),
+            self.env.for_client(&["CODEX_HOME"]),
+            CODEX_TIMEOUT,
+        )
+        .args(args);
+        let done = command.run()?;
+        if done.ok() {
+            return Ok(());
+        }
+        Err(InstallError::ClientFailed {
             command: command.display(),
             code: done.code,
             diagnostic: done.diagnostic(),
-        });
-    }
-    match get(&program, reg, env)?.map(|found| difference(reg, &found)) {
-        Some(None) => Ok(format!(
-            "registered {} with codex (private root {})",
-            reg.name, reg.root
-        )),
-        Some(Some(difference)) => Err(InstallError::VerifyFailed {
-            client: "codex",
-            name: reg.name.clone(),
-            difference,
-        }),
-        None => Err(InstallError::VerifyFailed {
-            client: "codex",
-            name: reg.name.clone(),
-            difference: "no entry".into(),
-        }),
+        })
     }
 }
 
+impl ClientStore for Codex<'_> {
+    const CLIENT: &'static str = "codex";
+
+    fn read(&self) -> Result<Option<Value>, InstallError> {
+        get(&self.program, self.reg, self.env)
+    }
+
+    fn difference(&self, found: &Value) -> Option<String> {
+        difference(self.reg, found)
+    }
+
+    fn add(&self) -> Result<(), InstallError> {
+        let mut args = vec![
+            "mcp".to_string(),
+            "add".into(),
+            self.reg.name.clone(),
+            "--".into(),
+            self.reg.marsh_mcp.clone(),
+        ];
+        args.extend(self.reg.args("serve"));
+        self.run(args)
+    }
+
+    fn remove(&self) -> Result<(), InstallError> {
+        self.run(vec!["mcp".into(), "remove".into(), self.reg.name.clone()])
+    }
+}
+
+fn store<'a>(reg: &'a Registration, env: &'a Environment) -> Result<Codex<'a>, InstallError> {
+    Ok(Codex {
+        program: codex_binary(env)?,
+        reg,
+        env,
+    })
+}
+
+pub fn install(reg: &Registration, env: &Environment) -> Result<String, InstallError> {
+    verified::install(&store(reg, env)?, reg)
+}
+
 pub fn uninstall(reg: &Registration, env: &Environment) -> Result<String, InstallError> {
-    let program = codex_binary(env)?;
-    let Some(found) = get(&program, reg, env)? else {
-        return Ok(format!("codex has no {}; nothing to remove", reg.name));
-    };
-    if let Some(difference) = difference(reg, &found) {
-        return Err(InstallError::Conflict {
-            client: "codex",
-            name: reg.name.clone(),
-            difference,
-        });
-    }
-    let command = codex(&program, reg, env, &["mcp", "remove", &reg.name]);
-    let done = command.run()?;
-    if !done.ok() {
-        return Err(InstallError::ClientFailed {
-            command: command.display(),
-            code: done.code,
-            diagnostic: done.diagnostic(),
-        });
-    }
-    Ok(format!("removed {} from codex", reg.name))
+    verified::uninstall(&store(reg, env)?, reg)
 }

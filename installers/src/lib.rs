@@ -9,6 +9,7 @@ mod error;
 mod registration;
 mod runner;
 mod sbx;
+mod verified;
 
 use std::path::Path;
 

@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::InstallError;
 use crate::registration::{Environment, Registration};
 use crate::runner::{ClientCommand, Finished};
+use crate::verified::{self, ClientStore};
 
 const SBX_TIMEOUT: Duration = Duration::from_secs(60);
 /// Environment names the sbx CLI may need besides PATH/HOME.
@@ -96,6 +97,69 @@ fn broker_start(reg: &Registration, env: &Environment) -> Result<(), InstallErro
     Ok(())
 }
 
+struct Sbx<'a> {
+    reg: &'a Registration,
+    env: &'a Environment,
+}
+
+impl ClientStore for Sbx<'_> {
+    const CLIENT: &'static str = "sbx";
+
+    fn read(&self) -> Result<Option<Value>, InstallError> {
+        inspect(self.reg, self.env)
+    }
+
+    fn difference(&self, found: &Value) -> Option<String> {
+        difference(self.reg, found)
+    }
+
+    fn add(&self) -> Result<(), InstallError> {
+        let reg = self.reg;
+        let args = reg.args("connect").join(",");
+        let added = sbx(
+            reg,
+            self.env,
+            &[
+                "mcp",
+                "add",
+                &reg.name,
+                "--command",
+                &reg.marsh_mcp,
+                "--args",
+                &args,
+                "--dir",
+                &reg.workspace,
+            ],
+        )?;
+        if added.ok() {
+            return Ok(());
+        }
+        Err(InstallError::ClientFailed {
+            command: format!("sbx mcp add {}", reg.name),
+            code: added.code,
+            diagnostic: added.diagnostic(),
+        })
+    }
+
+    fn remove(&self) -> Result<(), InstallError> {
+        let removed = sbx(
+            self.reg,
+            self.env,
+            &["mcp", "rm", "--force", &self.reg.name],
+        )?;
+        if removed.ok() {
+            return Ok(());
+        }
+        Err(InstallError::ClientFailed {
+            command: format!("sbx mcp rm --force {}", self.reg.name),
+            code: removed.code,
+            diagnostic: removed.diagnostic(),
+        })
+    }
+}
+
+/// Explicitly replacing, unlike the other clients: the broker first, then `rm --force`
+/// accepting only success or the exact not-found diagnostic, then the verified add.
 pub fn install(reg: &Registration, env: &Environment) -> Result<String, InstallError> {
     broker_start(reg, env)?;
     let removed = sbx(reg, env, &["mcp", "rm", "--force", &reg.name])?;
@@ -105,70 +169,16 @@ pub fn install(reg: &Registration, env: &Environment) -> Result<String, InstallE
             diagnostic: removed.diagnostic(),
         });
     }
-    let args = reg.args("connect").join(",");
-    let added = sbx(
-        reg,
-        env,
-        &[
-            "mcp",
-            "add",
-            &reg.name,
-            "--command",
-            &reg.marsh_mcp,
-            "--args",
-            &args,
-            "--dir",
-            &reg.workspace,
-        ],
-    )?;
-    if !added.ok() {
-        return Err(InstallError::ClientFailed {
-            command: format!("sbx mcp add {}", reg.name),
-            code: added.code,
-            diagnostic: added.diagnostic(),
-        });
-    }
-    match inspect(reg, env)? {
-        Some(found) => match difference(reg, &found) {
-            None => Ok(format!(
-                "registered {} with sbx (broker running); load it with: sbx mcp load {} --sandbox SANDBOX",
-                reg.name, reg.name
-            )),
-            Some(difference) => Err(InstallError::VerifyFailed {
-                client: "sbx",
-                name: reg.name.clone(),
-                difference,
-            }),
-        },
-        None => Err(InstallError::VerifyFailed {
-            client: "sbx",
-            name: reg.name.clone(),
-            difference: "no registration".into(),
-        }),
-    }
+    let message = verified::install(&Sbx { reg, env }, reg)?;
+    Ok(format!(
+        "{message}; broker running; load it with: sbx mcp load {} --sandbox SANDBOX",
+        reg.name
+    ))
 }
 
 pub fn uninstall(reg: &Registration, env: &Environment) -> Result<String, InstallError> {
-    let Some(found) = inspect(reg, env)? else {
-        return Ok(format!("sbx has no {}; nothing to remove", reg.name));
-    };
-    if let Some(difference) = difference(reg, &found) {
-        return Err(InstallError::Conflict {
-            client: "sbx",
-            name: reg.name.clone(),
-            difference,
-        });
-    }
-    let removed = sbx(reg, env, &["mcp", "rm", "--force", &reg.name])?;
-    if !removed.ok() {
-        return Err(InstallError::ClientFailed {
-            command: format!("sbx mcp rm --force {}", reg.name),
-            code: removed.code,
-            diagnostic: removed.diagnostic(),
-        });
-    }
+    let message = verified::uninstall(&Sbx { reg, env }, reg)?;
     Ok(format!(
-        "removed {} from sbx (the broker keeps running; marsh-mcp stop stops it)",
-        reg.name
+        "{message} (the broker keeps running; marsh-mcp stop stops it)"
     ))
 }

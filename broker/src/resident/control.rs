@@ -141,6 +141,32 @@ async fn stop_running(client: &BrokerClient) -> Result<(), ControlError> {
     Err(ControlError::StopRefused(message))
 }
 
+/// A broker configuration, validated: what `broker-start` compares and `broker-run`
+/// serves.
+struct Configured {
+    args: ServeArgs,
+    validated: Validated,
+    identity: BrokerIdentity,
+    dir: RuntimeDir,
+}
+
+fn configured(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Configured, ControlError> {
+    let (args, _) = with_root(args, env)?;
+    let validated = validate(&args, env)?;
+    let root = validated
+        .root()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| canonical_root(&args));
+    let identity = identity_of(&validated, &root)?;
+    let dir = runtime_dir(&root, env);
+    Ok(Configured {
+        args,
+        validated,
+        identity,
+        dir,
+    })
+}
+
 fn pid_of(probe: &serde_json::Value) -> u64 {
     probe["pid"].as_u64().unwrap_or(0)
 }
@@ -167,14 +193,12 @@ pub async fn broker_start(
     args: &ServeArgs,
     env: &[(OsString, OsString)],
 ) -> Result<String, ControlError> {
-    let (args, _) = with_root(args, env)?;
-    let validated = validate(&args, env)?;
-    let root = validated
-        .root()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| canonical_root(&args));
-    let wanted = identity_of(&validated, &root)?;
-    let dir = runtime_dir(&root, env);
+    let Configured {
+        args,
+        validated,
+        identity: wanted,
+        dir,
+    } = configured(args, env)?;
     dir.prepare().map_err(ControlError::RuntimeDir)?;
     let token = create_or_read_token(&dir.token())?;
     let client = BrokerClient::new(&dir.socket(), token);
@@ -282,14 +306,12 @@ pub async fn broker_run(
 ) -> Result<(), ControlError> {
     // Leave the starter's session so its terminal and signals are not ours.
     let _ = nix::unistd::setsid();
-    let (args, _) = with_root(args, env)?;
-    let validated = validate(&args, env)?;
-    let root = validated
-        .root()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| canonical_root(&args));
-    let identity = identity_of(&validated, &root)?;
-    let dir = runtime_dir(&root, env);
+    let Configured {
+        validated,
+        identity,
+        dir,
+        ..
+    } = configured(args, env)?;
     dir.verify().map_err(ControlError::RuntimeDir)?;
     let token = read_token(&dir.token())?;
     let ctx = Arc::new(validated.open()?);
