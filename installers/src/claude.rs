@@ -116,15 +116,7 @@ fn difference(reg: &Registration, found: &Value) -> Option<String> {
 }
 
 fn run(command: ClientCommand) -> Result<(), InstallError> {
-    let done = command.run()?;
-    if done.ok() {
-        return Ok(());
-    }
-    Err(InstallError::ClientFailed {
-        command: command.display(),
-        code: done.code,
-        diagnostic: done.diagnostic(),
-    })
+    command.run_ok().map(drop)
 }
 
 struct Claude<'a> {

@@ -53,11 +53,7 @@ fn get(
     {
         return Ok(None);
     }
-    Err(InstallError::ClientFailed {
-        command: command.display(),
-        code: done.code,
-        diagnostic: done.diagnostic(),
-    })
+    Err(command.failure(&done))
 }
 
 fn is_default(v: &Value) -> bool {
@@ -107,23 +103,10 @@ struct Codex<'a> {
 }
 
 impl Codex<'_> {
-    fn run(&self, args: Vec<String>) -> Result<(), InstallError> {
-        let command = ClientCommand::new(
-            &self.program,
-            Path::new(&self.reg.workspace),
-            self.env.for_client(&["CODEX_HOME"]),
-            CODEX_TIMEOUT,
-        )
-        .args(args);
-        let done = command.run()?;
-        if done.ok() {
-            return Ok(());
-        }
-        Err(InstallError::ClientFailed {
-            command: command.display(),
-            code: done.code,
-            diagnostic: done.diagnostic(),
-        })
+    fn run(&self, args: &[&str]) -> Result<(), InstallError> {
+        codex(&self.program, self.reg, self.env, args)
+            .run_ok()
+            .map(drop)
     }
 }
 
@@ -139,19 +122,14 @@ impl ClientStore for Codex<'_> {
     }
 
     fn add(&self) -> Result<(), InstallError> {
-        let mut args = vec![
-            "mcp".to_string(),
-            "add".into(),
-            self.reg.name.clone(),
-            "--".into(),
-            self.reg.marsh_mcp.clone(),
-        ];
-        args.extend(self.reg.args("serve"));
-        self.run(args)
+        let serve = self.reg.args("serve");
+        let mut args = vec!["mcp", "add", &self.reg.name, "--", &self.reg.marsh_mcp];
+        args.extend(serve.iter().map(String::as_str));
+        self.run(&args)
     }
 
     fn remove(&self) -> Result<(), InstallError> {
-        self.run(vec!["mcp".into(), "remove".into(), self.reg.name.clone()])
+        self.run(&["mcp", "remove", &self.reg.name])
     }
 }
 

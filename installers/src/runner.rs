@@ -90,6 +90,25 @@ impl ClientCommand {
         format!("{name} {}", self.args.join(" "))
     }
 
+    /// The error for a finished run that did not exit 0.
+    pub fn failure(&self, done: &Finished) -> InstallError {
+        InstallError::ClientFailed {
+            command: self.display(),
+            code: done.code,
+            diagnostic: done.diagnostic(),
+        }
+    }
+
+    /// Runs and requires exit status 0.
+    pub fn run_ok(&self) -> Result<Finished, InstallError> {
+        let done = self.run()?;
+        if done.ok() {
+            Ok(done)
+        } else {
+            Err(self.failure(&done))
+        }
+    }
+
     pub fn run(&self) -> Result<Finished, InstallError> {
         let mut child = Command::new(&self.program)
             .args(&self.args)

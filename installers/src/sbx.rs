@@ -17,7 +17,7 @@ const SBX_TIMEOUT: Duration = Duration::from_secs(60);
 /// Environment names the sbx CLI may need besides PATH/HOME.
 const SBX_ENV: &[&str] = &["XDG_STATE_HOME", "XDG_RUNTIME_DIR", "MARSH_CONTROL_HOME"];
 
-fn sbx(reg: &Registration, env: &Environment, args: &[&str]) -> Result<Finished, InstallError> {
+fn sbx_command(reg: &Registration, env: &Environment, args: &[&str]) -> ClientCommand {
     ClientCommand::new(
         Path::new(&reg.sbx),
         Path::new(&reg.workspace),
@@ -25,7 +25,10 @@ fn sbx(reg: &Registration, env: &Environment, args: &[&str]) -> Result<Finished,
         SBX_TIMEOUT,
     )
     .args(args.iter().copied())
-    .run()
+}
+
+fn sbx(reg: &Registration, env: &Environment, args: &[&str]) -> Result<Finished, InstallError> {
+    sbx_command(reg, env, args).run()
 }
 
 fn not_found(reg: &Registration) -> String {
@@ -34,11 +37,12 @@ fn not_found(reg: &Registration) -> String {
 
 /// The registration as sbx reports it, or `None` when it does not exist.
 fn inspect(reg: &Registration, env: &Environment) -> Result<Option<Value>, InstallError> {
-    let done = sbx(reg, env, &["mcp", "inspect", &reg.name, "--json"])?;
+    let command = sbx_command(reg, env, &["mcp", "inspect", &reg.name, "--json"]);
+    let done = command.run()?;
     if done.ok() {
         return serde_json::from_str(&done.stdout).map(Some).map_err(|e| {
             InstallError::Unparseable {
-                command: format!("sbx mcp inspect {} --json", reg.name),
+                command: command.display(),
                 reason: e.to_string(),
             }
         });
@@ -46,11 +50,7 @@ fn inspect(reg: &Registration, env: &Environment) -> Result<Option<Value>, Insta
     if done.stderr.trim() == not_found(reg) {
         return Ok(None);
     }
-    Err(InstallError::ClientFailed {
-        command: format!("sbx mcp inspect {} --json", reg.name),
-        code: done.code,
-        diagnostic: done.diagnostic(),
-    })
+    Err(command.failure(&done))
 }
 
 /// What differs between sbx's view and the expected definition, if anything.
@@ -86,15 +86,7 @@ fn broker_start(reg: &Registration, env: &Environment) -> Result<(), InstallErro
         SBX_TIMEOUT,
     )
     .args(reg.args("broker-start"));
-    let done = command.run()?;
-    if !done.ok() {
-        return Err(InstallError::ClientFailed {
-            command: command.display(),
-            code: done.code,
-            diagnostic: done.diagnostic(),
-        });
-    }
-    Ok(())
+    command.run_ok().map(drop)
 }
 
 struct Sbx<'a> {
@@ -116,7 +108,7 @@ impl ClientStore for Sbx<'_> {
     fn add(&self) -> Result<(), InstallError> {
         let reg = self.reg;
         let args = reg.args("connect").join(",");
-        let added = sbx(
+        sbx_command(
             reg,
             self.env,
             &[
@@ -130,31 +122,19 @@ impl ClientStore for Sbx<'_> {
                 "--dir",
                 &reg.workspace,
             ],
-        )?;
-        if added.ok() {
-            return Ok(());
-        }
-        Err(InstallError::ClientFailed {
-            command: format!("sbx mcp add {}", reg.name),
-            code: added.code,
-            diagnostic: added.diagnostic(),
-        })
+        )
+        .run_ok()
+        .map(drop)
     }
 
     fn remove(&self) -> Result<(), InstallError> {
-        let removed = sbx(
+        sbx_command(
             self.reg,
             self.env,
             &["mcp", "rm", "--force", &self.reg.name],
-        )?;
-        if removed.ok() {
-            return Ok(());
-        }
-        Err(InstallError::ClientFailed {
-            command: format!("sbx mcp rm --force {}", self.reg.name),
-            code: removed.code,
-            diagnostic: removed.diagnostic(),
-        })
+        )
+        .run_ok()
+        .map(drop)
     }
 }
 

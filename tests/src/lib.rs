@@ -465,6 +465,35 @@ impl Server {
         self.child.try_wait().ok().flatten()
     }
 
+    /// Starts `count` background runs of `command`, retrying while the global cap is
+    /// full (slots of cancelled work come back asynchronously); panics with `why` when
+    /// they do not fit within `bound`. Returns the operation ids.
+    pub fn start_runs_when_free(
+        &mut self,
+        count: usize,
+        command: &str,
+        bound: Duration,
+        why: &str,
+    ) -> Vec<String> {
+        let deadline = Instant::now() + bound;
+        let mut ids = Vec::new();
+        while ids.len() < count {
+            let envelope = self.call("shell_run", json!({"command": command, "wait_ms": 0}));
+            if envelope["ok"] == true {
+                ids.push(
+                    envelope["data"]["operation_id"]
+                        .as_str()
+                        .expect("operation id")
+                        .to_string(),
+                );
+            } else {
+                assert!(Instant::now() < deadline, "{why}: {envelope}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        ids
+    }
+
     /// Closes stdin and waits (bounded) for a clean exit.
     pub fn close(mut self) -> ExitStatus {
         drop(self.stdin.take());

@@ -122,25 +122,12 @@ fn killing_one_proxy_cancels_only_its_operations() {
     );
     a.kill();
     // a's three slots come back; b's operation keeps running.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut more = Vec::new();
-    while more.len() < 3 {
-        let envelope = b.call("shell_run", json!({"command": "sleep 60", "wait_ms": 0}));
-        if envelope["ok"] == true {
-            more.push(
-                envelope["data"]["operation_id"]
-                    .as_str()
-                    .unwrap()
-                    .to_string(),
-            );
-        } else {
-            assert!(
-                Instant::now() < deadline,
-                "the killed proxy's operations were never cancelled"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
+    let more = b.start_runs_when_free(
+        3,
+        "sleep 60",
+        Duration::from_secs(20),
+        "the killed proxy's operations were never cancelled",
+    );
     assert_eq!(
         b.ok("operation_get", json!({"operation_id": kept}))["state"],
         "running"

@@ -80,25 +80,12 @@ fn mcp_cancelled_notification_cancels_the_inline_run() {
     let data = s.ok("shell_run", json!({"command": "echo still-serving"}));
     assert_eq!(data["stdout_text"], "still-serving\n");
     // The slot of the cancelled run comes back: four more long runs fit.
-    let mut ids = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while ids.len() < 4 {
-        let envelope = s.call("shell_run", json!({"command": "sleep 20", "wait_ms": 0}));
-        if envelope["ok"] == true {
-            ids.push(
-                envelope["data"]["operation_id"]
-                    .as_str()
-                    .unwrap()
-                    .to_string(),
-            );
-        } else {
-            assert!(
-                Instant::now() < deadline,
-                "cancelled run never released its slot"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
+    let ids = s.start_runs_when_free(
+        4,
+        "sleep 20",
+        Duration::from_secs(15),
+        "cancelled run never released its slot",
+    );
     for id in ids {
         s.ok("operation_cancel", json!({"operation_id": id}));
     }
