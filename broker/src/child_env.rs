@@ -34,7 +34,6 @@ pub enum ChildEnvError {
 pub struct ChildEnv {
     /// Invariant: contains no `MARSH_HOME` and no `MARSH_SBX`; those are per call.
     base: Vec<(OsString, OsString)>,
-    user: String,
     sbx: PathBuf,
 }
 
@@ -106,13 +105,8 @@ impl ChildEnv {
         base.extend(kept);
         Ok(Self {
             base,
-            user: user.name,
             sbx: sbx.to_owned(),
         })
-    }
-
-    pub fn user(&self) -> &str {
-        &self.user
     }
 
     /// Replaces the whole environment of `cmd`. `home` is the scope home when the child
@@ -163,7 +157,15 @@ mod tests {
                 .iter()
                 .any(|n| n == "MARSHD_TOKEN" || n == "TMPDIR" || n == "MARSH_SBX")
         );
-        assert_ne!(env.user(), "mallory");
+        let user = env
+            .base
+            .iter()
+            .find(|(k, _)| k == "USER")
+            .map(|(_, v)| v.clone());
+        assert!(
+            user.is_some_and(|u| u != "mallory"),
+            "USER comes from passwd"
+        );
         assert!(valid_account_name("root"));
         assert!(!valid_account_name("Root;rm"));
     }

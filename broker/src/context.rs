@@ -11,10 +11,10 @@ use crate::scopes::ScopeSet;
 
 /// Concurrent read queries (status, results) that may hold a marsh child; reads are
 /// not operations, so they get their own small bound instead of the global cap.
-pub const READ_QUERY_CAP: usize = 8;
+pub(crate) const READ_QUERY_CAP: usize = 8;
 
 #[derive(Debug)]
-pub struct ServerContext {
+pub(crate) struct ServerContext {
     pub workspace: PathBuf,
     /// Lowercase hex sha256 of the canonical workspace path bytes.
     pub workspace_hash: String,

@@ -1,22 +1,28 @@
 //! marsh-mcp: the host-side MCP control plane for one workspace's marsh runtime.
+//!
+//! The crate's surface is [`Cli`] and [`run`]; every module is crate-private.
 #![deny(clippy::print_stdout)]
 
-pub mod admission;
-pub mod child_env;
-pub mod cli;
-pub mod context;
-pub mod marsh;
-pub mod operations;
-pub mod output;
-pub mod pinned;
-mod process;
-pub mod resident;
-pub mod scopes;
-pub mod server;
-pub mod startup;
-pub mod tools;
+mod admission;
+mod child_env;
+mod cli;
+mod client_runner;
+mod context;
+mod entry;
+mod error;
+mod launch;
+mod marsh;
+mod operations;
+mod output;
+mod pinned;
+mod resident;
+mod scopes;
+mod server;
+mod startup;
+mod supervisor;
+mod sync;
+mod tool_name;
+mod tools;
 
-pub use cli::{Cli, CliCommand, ServeArgs};
-pub use context::ServerContext;
-pub use server::serve_session;
-pub use startup::{StartupError, prepare};
+pub use cli::Cli;
+pub use entry::run;

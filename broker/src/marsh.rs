@@ -4,22 +4,26 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::AsyncReadExt;
 use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
 
 use crate::child_env::ChildEnv;
+use crate::error::{ErrorKind, ToolError};
 use crate::pinned::PinnedExecutable;
-use crate::tools::envelope::{ErrorKind, ToolError};
+use crate::supervisor::{Ending, run_captured};
 
 /// marsh's exit status for "refused: work is active".
-pub const EXIT_BUSY: i32 = 125;
+pub(crate) const EXIT_BUSY: i32 = 125;
+/// `results show SEL`: no receipt matches the selector.
+pub(crate) const EXIT_NO_MATCH: i32 = 3;
+/// `results show SEL`: the selector matches several receipts.
+pub(crate) const EXIT_AMBIGUOUS: i32 = 4;
 /// Reads (status, results) end within this bound.
-pub const QUERY_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const QUERY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Kept per stream of a query; a longer answer is refused, never parsed cut.
 const QUERY_STDOUT_LIMIT: usize = 4 * 1024 * 1024;
-const QUERY_STDERR_LIMIT: usize = 16 * 1024;
 
 /// A marsh invocation. The only argv marsh-mcp ever builds comes from here.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,10 +114,6 @@ impl MarshDriver {
         &self.env
     }
 
-    pub fn workspace(&self) -> &Path {
-        &self.workspace
-    }
-
     pub fn revalidate(&self) -> Result<(), ToolError> {
         for pin in self.pins() {
             pin.revalidate()
@@ -140,101 +140,103 @@ impl MarshDriver {
     }
 
     /// Runs a short read-only verb with bounded capture and time.
-    pub async fn query(&self, verb: &Verb, home: &Path) -> Result<Captured, ToolError> {
-        self.query_within(verb, home, QUERY_TIMEOUT).await
+    pub(crate) async fn query(&self, verb: &Verb, home: &Path) -> Result<Captured, ToolError> {
+        self.query_within(verb, home, QUERY_TIMEOUT, &CancellationToken::new())
+            .await
     }
 
-    /// Runs a verb to completion within `limit`, capturing bounded output.
-    pub async fn query_within(
+    /// Runs a verb to completion within `limit` (or until `cancel`) under the child
+    /// supervisor, which escalates on the whole group, capturing bounded output.
+    pub(crate) async fn query_within(
         &self,
         verb: &Verb,
         home: &Path,
         limit: Duration,
+        cancel: &CancellationToken,
     ) -> Result<Captured, ToolError> {
-        let mut cmd = self.command(verb, home)?;
-        cmd.process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().map_err(|e| {
-            ToolError::new(ErrorKind::BackendFailed, format!("cannot start marsh: {e}"))
-        })?;
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
-        let work = async {
-            let (out, err) = tokio::join!(
-                read_limited(stdout, QUERY_STDOUT_LIMIT),
-                read_limited(stderr, QUERY_STDERR_LIMIT)
-            );
-            let status = child.wait().await;
-            (out, err, status)
-        };
-        match tokio::time::timeout(limit, work).await {
-            Ok((Ok(stdout), Ok(stderr), Ok(status))) => Ok(Captured {
-                code: status.code(),
-                stdout,
-                stderr,
-            }),
-            Ok((Err(e), _, _)) | Ok((_, Err(e), _)) => {
-                Err(ToolError::new(ErrorKind::BackendFailed, e))
-            }
-            Ok((_, _, Err(e))) => Err(ToolError::new(
+        let cmd = self.command(verb, home)?;
+        let run = run_captured(cmd, QUERY_STDOUT_LIMIT, limit, cancel).await;
+        if run.stdout.discarded > 0 {
+            return Err(ToolError::new(
                 ErrorKind::BackendFailed,
-                format!("cannot wait for marsh: {e}"),
-            )),
-            Err(_) => Err(ToolError::new(
+                format!("marsh printed more than {QUERY_STDOUT_LIMIT} bytes"),
+            ));
+        }
+        match run.ending {
+            Ending::Exited(status) => Ok(Captured {
+                code: status.code(),
+                stdout: run.stdout.kept,
+                stderr: run.stderr.kept,
+            }),
+            Ending::TimedOut(_) => Err(ToolError::new(
                 ErrorKind::TimedOut,
                 format!("marsh did not answer within {} s", limit.as_secs()),
+            )),
+            Ending::Cancelled(_) => Err(ToolError::new(
+                ErrorKind::BackendFailed,
+                "the query was cancelled before marsh answered",
+            )),
+            Ending::SpawnFailed(e) => Err(ToolError::new(
+                ErrorKind::BackendFailed,
+                format!("cannot start marsh: {e}"),
             )),
         }
     }
 
-    /// Runs a read verb and parses its JSON answer, mapping marsh's failures to kinds.
-    pub async fn query_json(
+    /// Runs a read verb and parses its JSON answer, mapping marsh's exit statuses to
+    /// kinds (never its message text).
+    pub(crate) async fn query_json(
         &self,
         verb: &Verb,
         home: &Path,
     ) -> Result<serde_json::Value, ToolError> {
-        let out = self.query(verb, home).await?;
-        match out.code {
-            Some(0) => serde_json::from_slice(&out.stdout).map_err(|e| {
+        answer(self.query(verb, home).await?)
+    }
+}
+
+/// A read verb's JSON answer, or its failure classified by exit status (never by
+/// message text).
+pub(crate) fn answer(out: Captured) -> Result<serde_json::Value, ToolError> {
+    let kind = match out.code {
+        Some(0) => {
+            return serde_json::from_slice(&out.stdout).map_err(|e| {
                 ToolError::new(
                     ErrorKind::BackendFailed,
                     format!("marsh printed malformed JSON: {e}"),
                 )
-            }),
-            Some(EXIT_BUSY) => Err(ToolError::new(ErrorKind::ScopeBusy, out.stderr_line())),
-            _ => {
-                let message = out.stderr_line();
-                let kind = if message.contains("no result matches") {
-                    ErrorKind::NotFound
-                } else if message.contains("ambiguous") {
-                    ErrorKind::InvalidArgument
-                } else {
-                    ErrorKind::BackendFailed
-                };
-                Err(ToolError::new(kind, message))
-            }
+            });
         }
-    }
+        Some(EXIT_BUSY) => ErrorKind::ScopeBusy,
+        Some(EXIT_NO_MATCH) => ErrorKind::NotFound,
+        Some(EXIT_AMBIGUOUS) => ErrorKind::InvalidArgument,
+        Some(_) | None => ErrorKind::BackendFailed,
+    };
+    Err(ToolError::new(kind, out.stderr_line()))
 }
 
-async fn read_limited<R: tokio::io::AsyncRead + Unpin>(
-    pipe: Option<R>,
-    limit: usize,
-) -> Result<Vec<u8>, String> {
-    let Some(pipe) = pipe else {
-        return Ok(Vec::new());
-    };
-    let mut out = Vec::new();
-    let mut limited = pipe.take(limit as u64 + 1);
-    limited
-        .read_to_end(&mut out)
-        .await
-        .map_err(|e| format!("cannot read marsh output: {e}"))?;
-    if out.len() > limit {
-        return Err(format!("marsh printed more than {limit} bytes"));
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exited(code: i32, stdout: &str) -> Captured {
+        Captured {
+            code: Some(code),
+            stdout: stdout.as_bytes().to_vec(),
+            stderr: b"marsh: some words that must not matter".to_vec(),
+        }
     }
-    Ok(out)
+
+    #[test]
+    fn answers_are_classified_by_exit_status_only() {
+        assert_eq!(answer(exited(0, "{\"a\":1}")).unwrap()["a"], 1);
+        let kind = |code| answer(exited(code, "")).unwrap_err().kind;
+        assert_eq!(kind(EXIT_BUSY), ErrorKind::ScopeBusy);
+        assert_eq!(kind(EXIT_NO_MATCH), ErrorKind::NotFound);
+        assert_eq!(kind(EXIT_AMBIGUOUS), ErrorKind::InvalidArgument);
+        assert_eq!(kind(1), ErrorKind::BackendFailed);
+        assert_eq!(
+            answer(exited(0, "not json")).unwrap_err().kind,
+            ErrorKind::BackendFailed
+        );
+    }
 }

@@ -14,8 +14,11 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::error::{ErrorKind, ToolError};
 use crate::output::{OutputLog, Stream};
-use crate::tools::envelope::{ErrorKind, ToolError};
+use crate::supervisor::Sink;
+use crate::sync::lock;
+use crate::tool_name::ToolName;
 
 /// Operation records kept per server, running and finished together.
 pub const RETAINED_OPERATIONS: usize = 128;
@@ -26,9 +29,10 @@ pub const GLOBAL_RETAINED_BYTES: usize = 32 * 1024 * 1024;
 /// Identifies one MCP session inside this process.
 pub type SessionId = u64;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OpKind {
+/// What an operation does. Serialized as the name of the (default-scope) tool that
+/// creates it, so kinds and tool names cannot drift apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OpKind {
     ShellRun,
     Prewarm,
     WorkersReset,
@@ -37,21 +41,37 @@ pub enum OpKind {
     ScopeReset,
     ScopeStop,
     ScopeRemove,
+    /// A receipt list of a stopped scope (read, then always an exact stop).
+    ResultsList,
+    /// One receipt of a stopped scope (read, then always an exact stop).
+    ResultGet,
 }
 
 impl OpKind {
-    /// The tool that creates this kind of operation (also its serialized name).
-    pub fn as_str(self) -> &'static str {
+    /// The tool that creates this kind of operation.
+    pub(crate) fn tool(self) -> ToolName {
         match self {
-            Self::ShellRun => "shell_run",
-            Self::Prewarm => "prewarm",
-            Self::WorkersReset => "workers_reset",
-            Self::Qualify => "qualify",
-            Self::ScopeStart => "scope_start",
-            Self::ScopeReset => "scope_reset",
-            Self::ScopeStop => "scope_stop",
-            Self::ScopeRemove => "scope_remove",
+            Self::ShellRun => ToolName::ShellRun,
+            Self::Prewarm => ToolName::Prewarm,
+            Self::WorkersReset => ToolName::WorkersReset,
+            Self::Qualify => ToolName::Qualify,
+            Self::ScopeStart => ToolName::ScopeStart,
+            Self::ScopeReset => ToolName::ScopeReset,
+            Self::ScopeStop => ToolName::ScopeStop,
+            Self::ScopeRemove => ToolName::ScopeRemove,
+            Self::ResultsList => ToolName::ResultsList,
+            Self::ResultGet => ToolName::ResultGet,
         }
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        self.tool().as_str()
+    }
+}
+
+impl Serialize for OpKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
     }
 }
 
@@ -107,6 +127,9 @@ pub struct Operation {
     pub timeout: Duration,
     status: watch::Sender<OpStatus>,
     output: Mutex<OutputLog>,
+    /// The caller-facing structured result of an operation that computes one (a
+    /// stopped-scope receipt read); set before the operation reports its end.
+    result: Mutex<Option<Value>>,
     cancel: CancellationToken,
 }
 
@@ -131,6 +154,7 @@ impl Operation {
             timeout,
             status,
             output: Mutex::new(OutputLog::default()),
+            result: Mutex::new(None),
             cancel: CancellationToken::new(),
         })
     }
@@ -140,9 +164,15 @@ impl Operation {
     }
 
     pub fn output(&self) -> MutexGuard<'_, OutputLog> {
-        // Appends and reads are plain memory copies; a poisoned lock still guards a
-        // consistent log, so it is used as is.
-        self.output.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.output)
+    }
+
+    pub(crate) fn set_result(&self, result: Value) {
+        *lock(&self.result) = Some(result);
+    }
+
+    pub(crate) fn result(&self) -> Option<Value> {
+        lock(&self.result).clone()
     }
 
     pub fn append(&self, stream: Stream, data: &[u8]) {
@@ -224,7 +254,7 @@ impl Operation {
     pub fn describe(&self) -> Value {
         let s = self.status();
         let out = self.output();
-        json!({
+        let mut summary = json!({
             "operation_id": self.id.to_string(),
             "kind": self.kind,
             "scope_id": self.scope,
@@ -241,7 +271,17 @@ impl Operation {
             "stdout_bytes": out.written(Stream::Stdout),
             "stderr_bytes": out.written(Stream::Stderr),
             "latest_seq": out.latest_seq(),
-        })
+        });
+        if let (Some(result), Value::Object(map)) = (self.result(), &mut summary) {
+            map.insert("result".into(), result);
+        }
+        summary
+    }
+}
+
+impl Sink for Operation {
+    fn append(&self, stream: Stream, data: &[u8]) {
+        Operation::append(self, stream, data);
     }
 }
 
@@ -264,7 +304,7 @@ fn not_owned() -> ToolError {
 
 impl OperationTable {
     fn lock(&self) -> MutexGuard<'_, VecDeque<Arc<Operation>>> {
-        self.ops.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.ops)
     }
 
     /// Adds a record, dropping the oldest finished records past the bound and trimming

@@ -130,6 +130,7 @@ impl OutputLog {
         self.streams.iter().map(|s| s.retained).sum()
     }
 
+    #[cfg(test)]
     pub fn evicted_bytes(&self, stream: Stream) -> u64 {
         self.streams[stream.index()].evicted_bytes
     }

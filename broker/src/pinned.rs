@@ -115,7 +115,8 @@ pub struct PinnedExecutable {
     role: &'static str,
     path: PathBuf,
     identity: FileIdentity,
-    sha256: [u8; 32],
+    /// Lowercase hex sha256 of the contents, taken at pin time.
+    sha256: String,
     /// Empty unless the anchor requires a trusted ancestor chain.
     ancestors: Vec<AncestorPin>,
 }
@@ -187,8 +188,8 @@ impl PinnedExecutable {
         self.role
     }
 
-    pub fn sha256_hex(&self) -> String {
-        hex(&self.sha256)
+    pub fn sha256_hex(&self) -> &str {
+        &self.sha256
     }
 
     /// The cheap per-invocation check: one `lstat` of the file and one per pinned
@@ -319,7 +320,7 @@ fn hash_unchanged(
     role: &'static str,
     path: &Path,
     pinned: FileIdentity,
-) -> Result<[u8; 32], PinError> {
+) -> Result<String, PinError> {
     let hash_err = |source| PinError::Hash {
         role,
         path: path.to_owned(),
@@ -347,17 +348,7 @@ fn hash_unchanged(
             path: path.to_owned(),
         });
     }
-    Ok(hasher.finalize().into())
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+    Ok(format!("{:x}", hasher.finalize()))
 }
 
 #[cfg(test)]

@@ -4,22 +4,19 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use marsh_scope_registry::{
-    AdmissionError, DirIdentity, Event, ManagedRoot, Next, Registry, RegistryError, ScopeId,
-    ScopeRecord, ScopeState, TransitionError, transition, verify_owner_only_dir,
+    AdmissionError, DirIdentity, Event, IDENTITY_RECOVERY, ManagedRoot, Next, Registry,
+    RegistryError, ScopeId, ScopeRecord, ScopeState, TransitionError, transition,
+    verify_owner_only_dir,
 };
 use uuid::Uuid;
 
 use crate::admission::ScopeGate;
+use crate::error::{ErrorKind, ToolError};
 use crate::operations::now_ms;
-use crate::tools::envelope::{ErrorKind, ToolError};
-
-/// What an identity-invalid scope tells its caller: the operator recovery path.
-pub const IDENTITY_RECOVERY: &str = "its home is missing, malformed or replaced since it was recorded, so marsh-mcp will not \
-recreate, recapture, reset or delete it. Restore the exact original directory, or stop marsh-mcp, prove or remove the \
-runtime with stock sbx, archive this development root and start on a new empty --scope-root";
+use crate::sync::lock;
 
 #[derive(Debug)]
 enum Store {
@@ -71,12 +68,6 @@ impl ScopeView {
 pub struct ScopeSet {
     store: Store,
     gates: Mutex<HashMap<ScopeId, Arc<ScopeGate>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section below leaves its data consistent before it can panic
-    // (registry updates publish a finished copy), so a poisoned lock is still usable.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn registry_failure(e: RegistryError) -> ToolError {

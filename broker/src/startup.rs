@@ -127,10 +127,6 @@ impl Workspace {
             path,
         })
     }
-
-    pub fn server_name(&self) -> String {
-        server_name(&self.hash)
-    }
 }
 
 /// The generated scope root of the SBX/broker registration when `--scope-root` is not

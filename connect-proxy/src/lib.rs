@@ -11,4 +11,4 @@ pub use client::{
     BrokerClient, ClientError, PROBE_PATH, SESSION_PATH, STOP_PATH, UPGRADE_PROTOCOL,
 };
 pub use frames::{Frame, FrameReader, MAX_FRAME_BYTES};
-pub use relay::{RelayEnd, oversized_reply, relay};
+pub use relay::{RelayEnd, oversized_error, oversized_reply, relay};

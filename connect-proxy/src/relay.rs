@@ -21,12 +21,21 @@ pub enum RelayEnd {
     ClientGone,
 }
 
+/// The JSON-RPC error object that answers an oversized frame, on either side of the
+/// relay (the broker's session transport sends the same one).
+pub fn oversized_error(len: usize) -> serde_json::Value {
+    serde_json::json!({
+        "code": -32600,
+        "message": format!("frame of {len} bytes exceeds the {MAX_FRAME_BYTES}-byte limit and was discarded")
+    })
+}
+
 /// The JSON-RPC error line that answers an oversized frame.
 pub fn oversized_reply(len: usize) -> Vec<u8> {
     let reply = serde_json::json!({
         "jsonrpc": "2.0",
         "id": null,
-        "error": {"code": -32600, "message": format!("frame of {len} bytes exceeds the {MAX_FRAME_BYTES}-byte limit and was discarded")}
+        "error": oversized_error(len),
     });
     let mut line = reply.to_string().into_bytes();
     line.push(b'\n');

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::InstallError;
 use crate::registration::{Environment, Registration};
-use crate::runner::ClientCommand;
+use crate::runner::{ClientCommand, Runner};
 use crate::verified::{self, ClientStore};
 
 const CLAUDE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -115,14 +115,19 @@ fn difference(reg: &Registration, found: &Value) -> Option<String> {
         .or_else(|| Some("the entry differs".into()))
 }
 
-fn run(command: ClientCommand) -> Result<(), InstallError> {
-    command.run_ok().map(drop)
-}
-
 struct Claude<'a> {
     program: PathBuf,
     reg: &'a Registration,
     env: &'a Environment,
+    runner: &'a dyn Runner,
+}
+
+impl Claude<'_> {
+    fn run(&self, args: Vec<String>) -> Result<(), InstallError> {
+        claude(&self.program, self.reg, self.env, args)
+            .run_ok(self.runner)
+            .map(drop)
+    }
 }
 
 impl ClientStore for Claude<'_> {
@@ -148,7 +153,7 @@ impl ClientStore for Claude<'_> {
             self.reg.marsh_mcp.clone(),
         ];
         args.extend(self.reg.args("serve"));
-        run(claude(&self.program, self.reg, self.env, args))
+        self.run(args)
     }
 
     fn remove(&self) -> Result<(), InstallError> {
@@ -156,22 +161,182 @@ impl ClientStore for Claude<'_> {
             .iter()
             .map(|s| s.to_string())
             .collect();
-        run(claude(&self.program, self.reg, self.env, args))
+        self.run(args)
     }
 }
 
-fn store<'a>(reg: &'a Registration, env: &'a Environment) -> Result<Claude<'a>, InstallError> {
+fn store<'a>(
+    reg: &'a Registration,
+    env: &'a Environment,
+    runner: &'a dyn Runner,
+) -> Result<Claude<'a>, InstallError> {
     Ok(Claude {
         program: claude_binary(env)?,
         reg,
         env,
+        runner,
     })
 }
 
-pub fn install(reg: &Registration, env: &Environment) -> Result<String, InstallError> {
-    verified::install(&store(reg, env)?, reg)
+pub fn install(
+    reg: &Registration,
+    env: &Environment,
+    runner: &dyn Runner,
+) -> Result<String, InstallError> {
+    verified::install(&store(reg, env, runner)?, reg)
 }
 
-pub fn uninstall(reg: &Registration, env: &Environment) -> Result<String, InstallError> {
-    verified::uninstall(&store(reg, env)?, reg)
+pub fn uninstall(
+    reg: &Registration,
+    env: &Environment,
+    runner: &dyn Runner,
+) -> Result<String, InstallError> {
+    verified::uninstall(&store(reg, env, runner)?, reg)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::registration::Client;
+    use crate::runner::Finished;
+    use crate::test_support::{Divergence, Fixture, Scripted, assert_each_named, finished, sample};
+
+    fn expected(reg: &Registration) -> Value {
+        json!({"type": "stdio", "command": reg.marsh_mcp, "args": reg.args("serve"), "env": {}})
+    }
+
+    #[test]
+    fn difference_accepts_exactly_the_expected_entry() {
+        let reg = sample(Client::Claude);
+        assert_eq!(difference(&reg, &expected(&reg)), None);
+    }
+
+    #[test]
+    fn difference_names_each_divergence() {
+        let reg = sample(Client::Claude);
+        let cases: &[Divergence] = &[
+            (
+                "command is \"/usr/bin/other\" instead of \"/opt/bin/marsh-mcp\"",
+                |e| e["command"] = json!("/usr/bin/other"),
+            ),
+            (
+                "args is [\"serve\"] instead of [\"serve\",\"--workspace\"",
+                |e| e["args"] = json!(["serve"]),
+            ),
+            ("type is \"sse\" instead of \"stdio\"", |e| {
+                e["type"] = json!("sse")
+            }),
+            ("env is {\"TOKEN\":\"x\"} instead of {}", |e| {
+                e["env"] = json!({"TOKEN": "x"})
+            }),
+            ("env is null instead of {}", |e| {
+                e.as_object_mut().unwrap().remove("env");
+            }),
+            ("cwd is \"/elsewhere\" instead of null", |e| {
+                e["cwd"] = json!("/elsewhere")
+            }),
+            ("args is null instead of [\"serve\"", |e| {
+                *e = json!("not an object")
+            }),
+        ];
+        assert_each_named(&expected(&reg), cases, |e| difference(&reg, e));
+    }
+
+    #[test]
+    fn project_key_is_the_enclosing_git_root_else_the_workspace() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        let sub = repo.join("a/b");
+        std::fs::create_dir_all(&sub).unwrap();
+        assert_eq!(project_key(&sub), sub);
+        std::fs::create_dir(repo.join(".git")).unwrap();
+        assert_eq!(project_key(&sub), repo);
+        assert_eq!(project_key(&repo), repo);
+    }
+
+    /// Answers like the real claude CLI: `mcp add|remove NAME --scope local` edits the
+    /// local-scope entry of `config` under project `key`.
+    fn fake_claude<'a>(
+        config: &'a std::path::Path,
+        key: &'a str,
+    ) -> impl Fn(&ClientCommand) -> Finished + 'a {
+        move |command| {
+            let args: Vec<&str> = command.args.iter().map(String::as_str).collect();
+            let mut doc: Value = std::fs::read_to_string(config)
+                .map(|t| serde_json::from_str(&t).unwrap())
+                .unwrap_or_else(|_| json!({"projects": {}}));
+            let done = match args.as_slice() {
+                [
+                    "mcp",
+                    "add",
+                    name,
+                    "--scope",
+                    "local",
+                    "--",
+                    program,
+                    rest @ ..,
+                ] => {
+                    let entry =
+                        json!({"type": "stdio", "command": program, "args": rest, "env": {}});
+                    doc["projects"][key]["mcpServers"][*name] = entry;
+                    finished(0, &format!("Added stdio MCP server {name}\n"), "")
+                }
+                ["mcp", "remove", name, "--scope", "local"] => {
+                    if let Some(servers) = doc["projects"][key]["mcpServers"].as_object_mut() {
+                        servers.remove(*name);
+                    }
+                    finished(0, &format!("Removed MCP server {name}\n"), "")
+                }
+                other => return finished(2, "", &format!("unexpected claude call {other:?}")),
+            };
+            std::fs::write(config, doc.to_string()).unwrap();
+            done
+        }
+    }
+
+    #[test]
+    fn install_adds_in_local_scope_and_reads_the_config_back() {
+        let fx = Fixture::new();
+        let reg = fx.registration(Client::Claude);
+        let config = fx.root.join("home/.claude.json");
+        let key = fx.workspace.display().to_string();
+        let runner = Scripted::new(fake_claude(&config, &key));
+
+        let message =
+            crate::install(Client::Claude, &fx.env, &fx.workspace, &fx.exe, &runner).unwrap();
+        assert!(message.starts_with(&format!("registered {} with claude", reg.name)));
+        let calls = runner.calls.borrow().clone();
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].program, fx.bin("claude"));
+        assert_eq!(calls[0].cwd, fx.workspace);
+        let names: Vec<&str> = calls[0].env.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "PATH",
+                "HOME",
+                "DISABLE_AUTOUPDATER",
+                "DISABLE_TELEMETRY",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"
+            ]
+        );
+        let mut add = vec!["claude", "mcp", "add", &reg.name, "--scope", "local", "--"];
+        add.push(&reg.marsh_mcp);
+        let serve = reg.args("serve");
+        add.extend(serve.iter().map(String::as_str));
+        assert_eq!(runner.take(), [add]);
+
+        let message =
+            crate::install(Client::Claude, &fx.env, &fx.workspace, &fx.exe, &runner).unwrap();
+        assert!(message.contains("nothing changed"), "{message}");
+        assert!(runner.take().is_empty());
+
+        crate::uninstall(Client::Claude, &fx.env, &fx.workspace, &fx.exe, &runner).unwrap();
+        assert_eq!(
+            runner.take(),
+            [["claude", "mcp", "remove", &reg.name, "--scope", "local"]]
+        );
+        assert_eq!(local_entry(&reg, &fx.env).unwrap(), None);
+    }
 }

@@ -1,7 +1,8 @@
 //! Installers: register marsh-mcp with Codex, Claude Code and SBX. Every client
 //! command runs bounded in time and output with an explicit environment, and every
 //! definition written is read back and compared; a same-name entry that differs is
-//! refused and left byte-identical.
+//! refused and left byte-identical. Commands run through a caller-supplied [`Runner`];
+//! this crate spawns no process itself.
 
 mod claude;
 mod codex;
@@ -9,26 +10,30 @@ mod error;
 mod registration;
 mod runner;
 mod sbx;
+#[cfg(test)]
+mod test_support;
 mod verified;
 
 use std::path::Path;
 
 pub use error::InstallError;
 pub use registration::{Client, Environment, Registration};
-pub use runner::{ClientCommand, Finished};
+pub use runner::{CLIENT_OUTPUT_LIMIT, ClientCommand, Finished, Runner};
 
-/// `marsh-mcp install CLIENT`, run from the workspace.
+/// `marsh-mcp install CLIENT`, run from the workspace; every client command goes
+/// through `runner`.
 pub fn install(
     client: Client,
     env: &Environment,
     cwd: &Path,
     exe: &Path,
+    runner: &dyn Runner,
 ) -> Result<String, InstallError> {
     let reg = Registration::resolve(client, env, cwd, exe)?;
     match client {
-        Client::Codex => codex::install(&reg, env),
-        Client::Claude => claude::install(&reg, env),
-        Client::Sbx => sbx::install(&reg, env),
+        Client::Codex => codex::install(&reg, env, runner),
+        Client::Claude => claude::install(&reg, env, runner),
+        Client::Sbx => sbx::install(&reg, env, runner),
     }
 }
 
@@ -38,11 +43,12 @@ pub fn uninstall(
     env: &Environment,
     cwd: &Path,
     exe: &Path,
+    runner: &dyn Runner,
 ) -> Result<String, InstallError> {
     let reg = Registration::resolve(client, env, cwd, exe)?;
     match client {
-        Client::Codex => codex::uninstall(&reg, env),
-        Client::Claude => claude::uninstall(&reg, env),
-        Client::Sbx => sbx::uninstall(&reg, env),
+        Client::Codex => codex::uninstall(&reg, env, runner),
+        Client::Claude => claude::uninstall(&reg, env, runner),
+        Client::Sbx => sbx::uninstall(&reg, env, runner),
     }
 }

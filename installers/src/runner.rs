@@ -1,18 +1,33 @@
 //! Running a client CLI (codex, claude, sbx, marsh-mcp itself) bounded in time and
-//! output, with an explicit environment: nothing is inherited that is not listed.
+//! output, with an explicit environment: nothing is inherited that is not listed. This
+//! crate never spawns a process itself; a [`Runner`] does (the broker's child supervisor
+//! in the product, fakes in tests).
 
-use std::io::Read;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::InstallError;
 
-/// Output kept per stream; the rest is read and discarded so the child never blocks.
-const OUTPUT_LIMIT: usize = 256 * 1024;
+/// Output a runner keeps per stream; the rest is read and discarded so the child never
+/// blocks on a full pipe.
+pub const CLIENT_OUTPUT_LIMIT: usize = 256 * 1024;
 
-#[derive(Debug)]
+/// Runs client CLIs. The `marsh-mcp` binary supplies the broker's child supervisor;
+/// tests supply fakes.
+pub trait Runner {
+    /// Runs `command` to its end: its own process group, stdin null, exactly
+    /// `command.env` as the environment, cwd `command.cwd`, at most
+    /// `command.timeout` (then the group is signalled and reaped), each stream kept
+    /// up to CLIENT_OUTPUT_LIMIT bytes (the rest read and discarded).
+    ///
+    /// Errors: [`InstallError::Spawn`] when the program cannot be started (or waited
+    /// for), [`InstallError::TimedOut`] when the timeout elapsed; both carry
+    /// `command.display()`. A run that finished with any status is `Ok`.
+    fn run(&self, command: &ClientCommand) -> Result<Finished, InstallError>;
+}
+
+/// How a client command ended. `code` is `None` when it was killed by a signal.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finished {
     pub code: Option<i32>,
     pub stdout: String,
@@ -35,30 +50,14 @@ impl Finished {
     }
 }
 
-/// One client invocation: program (absolute), arguments, environment, cwd.
-#[derive(Debug, Clone)]
+/// One client invocation: program (absolute), arguments, environment, cwd, timeout.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientCommand {
     pub program: PathBuf,
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
     pub cwd: PathBuf,
     pub timeout: Duration,
-}
-
-fn drain(mut pipe: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
-    std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        let mut buf = [0u8; 16 * 1024];
-        loop {
-            match pipe.read(&mut buf) {
-                Ok(0) | Err(_) => return kept,
-                Ok(n) => {
-                    let room = OUTPUT_LIMIT.saturating_sub(kept.len());
-                    kept.extend_from_slice(&buf[..n.min(room)]);
-                }
-            }
-        }
-    })
 }
 
 impl ClientCommand {
@@ -99,9 +98,9 @@ impl ClientCommand {
         }
     }
 
-    /// Runs and requires exit status 0.
-    pub fn run_ok(&self) -> Result<Finished, InstallError> {
-        let done = self.run()?;
+    /// Runs through `runner` and requires exit status 0.
+    pub fn run_ok(&self, runner: &dyn Runner) -> Result<Finished, InstallError> {
+        let done = self.run(runner)?;
         if done.ok() {
             Ok(done)
         } else {
@@ -109,91 +108,58 @@ impl ClientCommand {
         }
     }
 
-    pub fn run(&self) -> Result<Finished, InstallError> {
-        let mut child = Command::new(&self.program)
-            .args(&self.args)
-            .env_clear()
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&self.cwd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .map_err(|source| InstallError::Spawn {
-                command: self.display(),
-                source,
-            })?;
-        let out = child.stdout.take().map(drain);
-        let err = child.stderr.take().map(drain);
-        let deadline = Instant::now() + self.timeout;
-        let status = loop {
-            if let Some(status) = child.try_wait().map_err(|source| InstallError::Spawn {
-                command: self.display(),
-                source,
-            })? {
-                break status;
-            }
-            if Instant::now() >= deadline {
-                let _ = nix::sys::signal::killpg(
-                    nix::unistd::Pid::from_raw(child.id() as i32),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-                let _ = child.wait();
-                return Err(InstallError::TimedOut {
-                    command: self.display(),
-                    after: self.timeout,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        // The group may hold the pipes open after the leader exited; it is done now.
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(child.id() as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        let text = |h: Option<std::thread::JoinHandle<Vec<u8>>>| {
-            h.and_then(|h| h.join().ok())
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .unwrap_or_default()
-        };
-        Ok(Finished {
-            code: status.code(),
-            stdout: text(out),
-            stderr: text(err),
-        })
+    /// Runs through `runner`; any exit status is `Ok`.
+    pub fn run(&self, runner: &dyn Runner) -> Result<Finished, InstallError> {
+        runner.run(self)
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::test_support::{Scripted, finished};
+
+    fn command() -> ClientCommand {
+        ClientCommand::new(
+            Path::new("/opt/bin/codex"),
+            Path::new("/work/ws"),
+            Vec::new(),
+            Duration::from_secs(1),
+        )
+        .args(["mcp", "get"])
+    }
 
     #[test]
-    fn bounded_and_explicit() {
-        let dir = tempfile::tempdir().unwrap();
-        let env = vec![("ONLY".to_string(), "this".to_string())];
-        let done = ClientCommand::new(
-            Path::new("/bin/sh"),
-            dir.path(),
-            env.clone(),
-            Duration::from_secs(5),
-        )
-        .args(["-c", "echo $ONLY; echo ${HOME:-unset} >&2; exit 3"])
-        .run()
-        .unwrap();
-        assert_eq!(
-            (done.code, done.stdout.as_str(), done.stderr.as_str()),
-            (Some(3), "this\n", "unset\n")
+    fn run_ok_delegates_and_turns_a_failed_exit_into_client_failed() {
+        let ok = Scripted::new(|_: &ClientCommand| finished(0, "out", ""));
+        assert_eq!(command().run_ok(&ok).unwrap().stdout, "out");
+        assert_eq!(ok.take(), [["codex", "mcp", "get"]]);
+
+        let failed = Scripted::new(|_: &ClientCommand| finished(3, "  fallback \n", " "));
+        let err = command().run_ok(&failed).unwrap_err();
+        assert!(
+            matches!(&err, InstallError::ClientFailed { command, code: Some(3), diagnostic }
+                if command == "codex mcp get" && diagnostic == "fallback"),
+            "{err:?}"
         );
-        let slow = ClientCommand::new(
-            Path::new("/bin/sleep"),
-            dir.path(),
-            env,
-            Duration::from_millis(200),
-        )
-        .args(["5"])
-        .run();
-        assert!(matches!(slow, Err(InstallError::TimedOut { .. })));
+        assert!(command().run(&failed).is_ok(), "run accepts any exit");
+    }
+
+    #[test]
+    fn runner_errors_pass_through() {
+        struct Slow;
+        impl Runner for Slow {
+            fn run(&self, command: &ClientCommand) -> Result<Finished, InstallError> {
+                Err(InstallError::TimedOut {
+                    command: command.display(),
+                    after: command.timeout,
+                })
+            }
+        }
+        assert!(matches!(
+            command().run_ok(&Slow),
+            Err(InstallError::TimedOut { command, .. }) if command == "codex mcp get"
+        ));
     }
 }

@@ -74,3 +74,172 @@ pub fn uninstall<S: ClientStore>(store: &S, reg: &Registration) -> Result<String
     store.remove()?;
     Ok(format!("removed {} from {}", reg.name, S::CLIENT))
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::cell::{Cell, RefCell};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::registration::Client;
+    use crate::test_support::sample;
+
+    /// An in-memory client: one optional entry, compared for equality with `expected`.
+    struct Fake {
+        entry: RefCell<Option<Value>>,
+        expected: Value,
+        adds: Cell<usize>,
+        removes: Cell<usize>,
+        /// `add` stores something other than the expected definition.
+        add_writes_other: bool,
+        /// `add` succeeds but stores nothing.
+        add_writes_nothing: bool,
+    }
+
+    impl Fake {
+        fn holding(entry: Option<Value>) -> Self {
+            Self {
+                entry: RefCell::new(entry),
+                expected: json!({"command": "marsh-mcp"}),
+                adds: Cell::new(0),
+                removes: Cell::new(0),
+                add_writes_other: false,
+                add_writes_nothing: false,
+            }
+        }
+
+        fn expected(&self) -> Option<Value> {
+            Some(self.expected.clone())
+        }
+    }
+
+    impl ClientStore for Fake {
+        const CLIENT: &'static str = "fake";
+
+        fn read(&self) -> Result<Option<Value>, InstallError> {
+            Ok(self.entry.borrow().clone())
+        }
+
+        fn difference(&self, found: &Value) -> Option<String> {
+            (*found != self.expected).then(|| format!("found {found}"))
+        }
+
+        fn add(&self) -> Result<(), InstallError> {
+            self.adds.set(self.adds.get() + 1);
+            if self.add_writes_nothing {
+                return Ok(());
+            }
+            *self.entry.borrow_mut() = Some(if self.add_writes_other {
+                json!({"command": "mangled"})
+            } else {
+                self.expected.clone()
+            });
+            Ok(())
+        }
+
+        fn remove(&self) -> Result<(), InstallError> {
+            self.removes.set(self.removes.get() + 1);
+            *self.entry.borrow_mut() = None;
+            Ok(())
+        }
+    }
+
+    fn foreign() -> Option<Value> {
+        Some(json!({"command": "someone-else"}))
+    }
+
+    #[test]
+    fn install_absent_adds_once_and_verifies() {
+        let store = Fake::holding(None);
+        let message = install(&store, &sample(Client::Codex)).unwrap();
+        assert!(message.starts_with("registered marsh-dev-0123456789ab with fake"));
+        assert_eq!(store.adds.get(), 1);
+        assert_eq!(*store.entry.borrow(), store.expected());
+    }
+
+    #[test]
+    fn install_identical_changes_nothing() {
+        let store = Fake::holding(Some(json!({"command": "marsh-mcp"})));
+        let message = install(&store, &sample(Client::Codex)).unwrap();
+        assert!(message.contains("nothing changed"), "{message}");
+        assert_eq!(store.adds.get(), 0);
+    }
+
+    #[test]
+    fn install_different_conflicts_and_leaves_it() {
+        let store = Fake::holding(foreign());
+        let err = install(&store, &sample(Client::Codex)).unwrap_err();
+        match err {
+            InstallError::Conflict {
+                client,
+                name,
+                difference,
+            } => {
+                assert_eq!((client, name.as_str()), ("fake", "marsh-dev-0123456789ab"));
+                assert!(difference.contains("someone-else"), "{difference}");
+            }
+            other => panic!("expected a conflict, got {other:?}"),
+        }
+        assert_eq!(store.adds.get(), 0);
+        assert_eq!(*store.entry.borrow(), foreign());
+    }
+
+    #[test]
+    fn install_reading_back_something_else_fails_verification() {
+        let store = Fake {
+            add_writes_other: true,
+            ..Fake::holding(None)
+        };
+        let err = install(&store, &sample(Client::Codex)).unwrap_err();
+        assert!(
+            matches!(&err, InstallError::VerifyFailed { client: "fake", difference, .. } if difference.contains("mangled")),
+            "{err:?}"
+        );
+        assert_eq!(store.adds.get(), 1);
+    }
+
+    #[test]
+    fn install_reading_back_nothing_fails_verification() {
+        let store = Fake {
+            add_writes_nothing: true,
+            ..Fake::holding(None)
+        };
+        let err = install(&store, &sample(Client::Codex)).unwrap_err();
+        assert!(
+            matches!(&err, InstallError::VerifyFailed { difference, .. } if difference == "no entry"),
+            "{err:?}"
+        );
+        assert_eq!(store.adds.get(), 1);
+    }
+
+    #[test]
+    fn uninstall_absent_removes_nothing() {
+        let store = Fake::holding(None);
+        let message = uninstall(&store, &sample(Client::Codex)).unwrap();
+        assert!(message.contains("nothing to remove"), "{message}");
+        assert_eq!(store.removes.get(), 0);
+    }
+
+    #[test]
+    fn uninstall_identical_removes_it() {
+        let store = Fake::holding(Some(json!({"command": "marsh-mcp"})));
+        let message = uninstall(&store, &sample(Client::Codex)).unwrap();
+        assert_eq!(message, "removed marsh-dev-0123456789ab from fake");
+        assert_eq!(store.removes.get(), 1);
+        assert_eq!(*store.entry.borrow(), None);
+    }
+
+    #[test]
+    fn uninstall_different_conflicts_and_leaves_it() {
+        let store = Fake::holding(foreign());
+        let err = uninstall(&store, &sample(Client::Codex)).unwrap_err();
+        assert!(
+            matches!(&err, InstallError::Conflict { difference, .. } if difference.contains("someone-else")),
+            "{err:?}"
+        );
+        assert_eq!(store.removes.get(), 0);
+        assert_eq!(*store.entry.borrow(), foreign());
+    }
+}

@@ -3,13 +3,20 @@
 use std::io;
 
 /// Every failure the shim reports. `exit_code` maps a variant onto the contract:
-/// `2` usage, `125` busy, the injected code for injected failures, `1` otherwise.
+/// `2` usage, `3` no result matches a selector, `4` an ambiguous selector, `125` busy,
+/// the injected code for injected failures, `1` otherwise.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("usage: {0}")]
     Usage(String),
     #[error("busy: {0}")]
     Busy(String),
+    /// `marsh results show SEL`: no receipt id starts with `SEL`.
+    #[error("no result matches {0}")]
+    NoResult(String),
+    /// `marsh results show SEL`: several receipt ids start with `SEL`.
+    #[error("result selector {0} is ambiguous")]
+    AmbiguousResult(String),
     #[error("injected failure: {verb}")]
     Injected { verb: &'static str, code: i32 },
     #[error("{0}")]
@@ -36,6 +43,8 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Usage(_) => 2,
+            Error::NoResult(_) => 3,
+            Error::AmbiguousResult(_) => 4,
             Error::Busy(_) => 125,
             Error::Injected { code, .. } => *code,
             Error::Failed(_) | Error::Io { .. } | Error::Sys { .. } | Error::Protocol(_) => 1,
@@ -94,7 +103,17 @@ mod tests {
             .exit_code(),
             7
         );
+        assert_eq!(Error::NoResult("ab".into()).exit_code(), 3);
+        assert_eq!(Error::AmbiguousResult("ab".into()).exit_code(), 4);
         assert_eq!(Error::failed("x").exit_code(), 1);
+        assert_eq!(
+            Error::NoResult("ab".into()).to_string(),
+            "no result matches ab"
+        );
+        assert_eq!(
+            Error::AmbiguousResult("ab".into()).to_string(),
+            "result selector ab is ambiguous"
+        );
         assert_eq!(
             Error::Busy("1 active job".into()).to_string(),
             "busy: 1 active job"

@@ -14,8 +14,6 @@ mod proto;
 mod receipt;
 mod sandbox;
 mod sbx;
-mod sbx_mcp;
-mod sbx_state;
 mod seqpacket;
 mod token;
 mod util;

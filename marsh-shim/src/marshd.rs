@@ -3,93 +3,309 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use crate::error::{Error, Result};
+use clap::error::ErrorKind;
+use clap::{ArgAction, CommandFactory, Parser, Subcommand};
+
 use crate::util::log;
 use crate::{agent, daemon};
 
+const USAGE: &str = "marshd serve --home HOME --workspace DIR | marshd agent --kit-socket PATH --kit-dir DIR --self PATH | marshd kit-client --socket PATH KIT [ARGS...]";
+
+// The command line. Only `--version` is a flag of its own: there is no `--help` or
+// `help` (they are usage errors), a repeated flag keeps its last value, and a flag's
+// value is the next word even when it starts with `-`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "marshd",
+    version = concat!(env!("CARGO_PKG_VERSION"), " (marsh-shim)"),
+    override_usage = USAGE,
+    arg_required_else_help = false,
+    disable_version_flag = true,
+    disable_help_flag = true,
+    disable_help_subcommand = true
+)]
+struct Cli {
+    #[arg(long, action = ArgAction::Version)]
+    version: Option<bool>,
+    #[command(subcommand)]
+    mode: Mode,
+}
+
+#[derive(Debug, Subcommand)]
+enum Mode {
+    /// The per-home daemon, bound to one workspace.
+    #[command(disable_help_flag = true, args_override_self = true)]
+    Serve {
+        #[arg(long, value_name = "HOME", allow_hyphen_values = true)]
+        home: PathBuf,
+        #[arg(long, value_name = "DIR", allow_hyphen_values = true)]
+        workspace: PathBuf,
+    },
+    /// The project shell's agent, inside the sandbox.
+    #[command(disable_help_flag = true, args_override_self = true)]
+    Agent {
+        #[arg(long, value_name = "PATH", allow_hyphen_values = true)]
+        kit_socket: PathBuf,
+        #[arg(long, value_name = "DIR", allow_hyphen_values = true)]
+        kit_dir: PathBuf,
+        #[arg(long = "self", value_name = "PATH", allow_hyphen_values = true)]
+        self_exe: PathBuf,
+    },
+    /// What a kit wrapper runs: `--socket PATH` first, then the kit's name and its
+    /// arguments, all passed on verbatim (`--`, `--help` and `--socket` included).
+    #[command(
+        disable_help_flag = true,
+        override_usage = "marshd kit-client --socket PATH KIT [ARGS...]"
+    )]
+    KitClient {
+        #[arg(long, value_name = "PATH", allow_hyphen_values = true)]
+        socket: PathBuf,
+        /// The kit's name followed by its arguments.
+        #[arg(
+            value_name = "KIT",
+            required = true,
+            num_args = 1..,
+            trailing_var_arg = true,
+            allow_hyphen_values = true
+        )]
+        command: Vec<OsString>,
+    },
+}
+
 /// Entry point of the `marshd` binary.
 pub fn main(args: Vec<OsString>) -> i32 {
-    let mut args = args.into_iter().skip(1);
-    let mode = args
-        .next()
-        .and_then(|m| m.into_string().ok())
-        .unwrap_or_default();
-    let rest: Vec<OsString> = args.collect();
-    match mode.as_str() {
-        "serve" => match serve_args(&rest).and_then(|(home, ws)| daemon::serve(&home, &ws)) {
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) if e.kind() == ErrorKind::DisplayVersion => {
+            let _ = write!(std::io::stdout().lock(), "{}", e.render());
+            return 0;
+        }
+        Err(e) => {
+            log!("{}", usage_message(&e, args.get(1)));
+            // The agent reports every failure, usage included, with status 1 (the
+            // daemon only watches it die); every other mode exits 2 on bad usage.
+            return if args.get(1).is_some_and(|mode| mode == "agent") {
+                1
+            } else {
+                2
+            };
+        }
+    };
+    match cli.mode {
+        Mode::Serve { home, workspace } => match daemon::serve(&home, &workspace) {
             Ok(()) => 0,
             Err(e) => {
                 log!("marshd: {e}");
                 e.exit_code()
             }
         },
-        "agent" => match agent_args(&rest).and_then(agent::run) {
+        Mode::Agent {
+            kit_socket,
+            kit_dir,
+            self_exe,
+        } => match agent::run(agent::AgentPaths {
+            kit_socket,
+            kit_dir,
+            self_exe,
+        }) {
             Ok(()) => 0,
             Err(e) => {
                 log!("marshd agent: {e}");
                 1
             }
         },
-        "kit-client" => match rest.as_slice() {
-            [flag, socket, kit, kit_args @ ..] if flag == "--socket" => {
-                agent::kit_client::run(Path::new(socket), &kit.to_string_lossy(), kit_args)
+        Mode::KitClient { socket, command } => match command.split_first() {
+            Some((kit, kit_args)) => {
+                agent::kit_client::run(&socket, &kit.to_string_lossy(), kit_args)
             }
-            _ => usage(),
+            // `required = true` guarantees the kit's name.
+            None => 2,
         },
-        "--version" => {
-            println_safe(&format!(
-                "marshd {} (marsh-shim)",
-                env!("CARGO_PKG_VERSION")
-            ));
-            0
+    }
+}
+
+/// clap's diagnostic, always followed by the usage of the mode (or of `marshd`).
+fn usage_message(e: &clap::Error, mode: Option<&OsString>) -> String {
+    let text = e.render().to_string();
+    let text = text.trim_end();
+    if text.contains("Usage:") {
+        return text.to_string();
+    }
+    let mut cmd = Cli::command();
+    cmd.build();
+    let usage = match mode
+        .and_then(|m| m.to_str())
+        .and_then(|m| cmd.find_subcommand_mut(m))
+    {
+        Some(sub) => sub.render_usage(),
+        None => cmd.render_usage(),
+    };
+    format!("{text}\n\n{}", usage.to_string().trim_end())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("marshd").chain(args.iter().copied()))
+    }
+
+    fn usage_error(args: &[&str]) {
+        let e = parse(args).expect_err("a usage error");
+        assert_ne!(e.kind(), ErrorKind::DisplayVersion, "{args:?}");
+        assert_eq!(e.exit_code(), 2, "{args:?}: {e}");
+    }
+
+    #[test]
+    fn serve_takes_home_and_workspace_in_any_order() {
+        for args in [
+            &["serve", "--home", "/h", "--workspace", "/w"][..],
+            &["serve", "--workspace", "/w", "--home", "/h"],
+            &["serve", "--home", "/x", "--home", "/h", "--workspace", "/w"],
+        ] {
+            match parse(args).unwrap().mode {
+                Mode::Serve { home, workspace } => {
+                    assert_eq!((home, workspace), ("/h".into(), "/w".into()), "{args:?}");
+                }
+                other => panic!("{other:?}"),
+            }
         }
-        _ => usage(),
+        match parse(&["serve", "--home", "-h", "--workspace", "--w"])
+            .unwrap()
+            .mode
+        {
+            Mode::Serve { home, workspace } => {
+                assert_eq!((home, workspace), ("-h".into(), "--w".into()));
+            }
+            other => panic!("{other:?}"),
+        }
     }
-}
 
-fn println_safe(line: &str) {
-    let _ = writeln!(std::io::stdout().lock(), "{line}");
-}
-
-fn usage() -> i32 {
-    log!(
-        "usage: marshd serve --home HOME --workspace DIR | marshd agent --kit-socket PATH --kit-dir DIR --self PATH | marshd kit-client --socket PATH KIT [ARGS...]"
-    );
-    2
-}
-
-/// Parses `--name value` pairs, requiring exactly the `names` given.
-fn flag_values(args: &[OsString], names: &[&str]) -> Result<Vec<OsString>> {
-    let mut values: Vec<Option<OsString>> = vec![None; names.len()];
-    let mut it = args.iter();
-    while let Some(flag) = it.next() {
-        let idx = names.iter().position(|n| flag == *n).ok_or_else(|| {
-            Error::Usage(format!("unexpected argument {}", flag.to_string_lossy()))
-        })?;
-        let value = it
-            .next()
-            .ok_or_else(|| Error::Usage(format!("{} needs a value", names[idx])))?;
-        values[idx] = Some(value.clone());
+    #[test]
+    fn agent_takes_its_three_paths() {
+        let args = [
+            "agent",
+            "--kit-socket",
+            "/run/k.sock",
+            "--kit-dir",
+            "/run/kits",
+            "--self",
+            "/a",
+        ];
+        match parse(&args).unwrap().mode {
+            Mode::Agent {
+                kit_socket,
+                kit_dir,
+                self_exe,
+            } => {
+                assert_eq!(kit_socket, PathBuf::from("/run/k.sock"));
+                assert_eq!(kit_dir, PathBuf::from("/run/kits"));
+                assert_eq!(self_exe, PathBuf::from("/a"));
+            }
+            other => panic!("{other:?}"),
+        }
     }
-    values
-        .into_iter()
-        .zip(names)
-        .map(|(v, n)| v.ok_or_else(|| Error::Usage(format!("missing {n}"))))
-        .collect()
-}
 
-fn serve_args(args: &[OsString]) -> Result<(PathBuf, PathBuf)> {
-    let v = flag_values(args, &["--home", "--workspace"])?;
-    Ok((PathBuf::from(&v[0]), PathBuf::from(&v[1])))
-}
+    #[test]
+    fn kit_client_passes_the_kit_arguments_verbatim() {
+        let cases: [(&[&str], &[&str]); 4] = [
+            (&["k"], &["k"]),
+            (&["k", "a", "b"], &["k", "a", "b"]),
+            (
+                &["k", "--", "--socket", "x", "--help", "-v", "--version"],
+                &["k", "--", "--socket", "x", "--help", "-v", "--version"],
+            ),
+            (&["-k", "-x"], &["-k", "-x"]),
+        ];
+        for (tail, expected) in cases {
+            let mut args = vec!["kit-client", "--socket", "/s"];
+            args.extend_from_slice(tail);
+            match parse(&args).unwrap().mode {
+                Mode::KitClient { socket, command } => {
+                    assert_eq!(socket, PathBuf::from("/s"));
+                    let expected: Vec<OsString> = expected.iter().map(OsString::from).collect();
+                    assert_eq!(command, expected, "{args:?}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
 
-fn agent_args(args: &[OsString]) -> Result<agent::AgentPaths> {
-    let v = flag_values(args, &["--kit-socket", "--kit-dir", "--self"])?;
-    Ok(agent::AgentPaths {
-        kit_socket: PathBuf::from(&v[0]),
-        kit_dir: PathBuf::from(&v[1]),
-        self_exe: PathBuf::from(&v[2]),
-    })
+    #[test]
+    fn version_is_the_only_top_level_flag() {
+        let e = parse(&["--version"]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::DisplayVersion);
+        assert_eq!(
+            e.render().to_string(),
+            format!("marshd {} (marsh-shim)\n", env!("CARGO_PKG_VERSION"))
+        );
+    }
+
+    #[test]
+    fn bad_usage_exits_2() {
+        for args in [
+            &[][..],
+            &["frobnicate"],
+            &["help"],
+            &["--help"],
+            &["-h"],
+            &["-V"],
+            &["serve"],
+            &["serve", "--home", "/h"],
+            &["serve", "--home", "/h", "--workspace"],
+            &["serve", "--home", "/h", "--workspace", "/w", "extra"],
+            &["serve", "--home", "/h", "--workspace", "/w", "--help"],
+            &["serve", "--version", "--home", "/h", "--workspace", "/w"],
+            &["agent", "--kit-socket", "/s", "--kit-dir", "/d"],
+            &["kit-client"],
+            &["kit-client", "--socket", "/s"],
+            &["kit-client", "k", "--socket", "/s"],
+            &["kit-client", "--help"],
+        ] {
+            usage_error(args);
+        }
+        let usage = |args: &[&str]| {
+            let argv = std::iter::once("marshd").chain(args.iter().copied());
+            main(argv.map(OsString::from).collect())
+        };
+        assert_eq!(usage(&[]), 2);
+        assert_eq!(usage(&["serve", "--home", "/h"]), 2);
+        assert_eq!(usage(&["kit-client", "--socket"]), 2);
+        assert_eq!(usage(&["agent", "--self"]), 1, "the agent fails with 1");
+    }
+
+    #[test]
+    fn every_usage_error_shows_a_usage() {
+        let message = |args: &[&str]| {
+            let e = parse(args).unwrap_err();
+            usage_message(&e, args.first().map(OsString::from).as_ref())
+        };
+        for args in [&[][..], &["frobnicate"], &["--help"]] {
+            let text = message(args);
+            assert!(text.starts_with("error: "), "{text}");
+            assert!(text.ends_with(&format!("Usage: {USAGE}")), "{text}");
+        }
+        for (args, usage) in [
+            (
+                &["serve"][..],
+                "Usage: marshd serve --home <HOME> --workspace <DIR>",
+            ),
+            (
+                &["agent", "--self"],
+                "Usage: marshd agent --kit-socket <PATH> --kit-dir <DIR> --self <PATH>",
+            ),
+            (
+                &["kit-client", "--socket"],
+                "Usage: marshd kit-client --socket PATH KIT [ARGS...]",
+            ),
+        ] {
+            let text = message(args);
+            assert!(text.starts_with("error: "), "{text}");
+            assert!(text.ends_with(usage), "{text}");
+        }
+    }
 }

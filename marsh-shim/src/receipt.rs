@@ -79,7 +79,8 @@ pub fn list(dir: &Path) -> Result<Vec<Receipt>> {
     Ok(receipts)
 }
 
-/// The one receipt whose id starts with `sel`.
+/// The one receipt whose id starts with `sel`; [`Error::NoResult`] when none does,
+/// [`Error::AmbiguousResult`] when several do.
 pub fn find(dir: &Path, sel: &str) -> Result<Receipt> {
     if !valid_selector(sel) {
         return Err(Error::Usage(format!(
@@ -91,9 +92,9 @@ pub fn find(dir: &Path, sel: &str) -> Result<Receipt> {
         .filter(|id| id.starts_with(sel))
         .collect();
     match matching.as_slice() {
-        [] => Err(Error::failed(format!("no result matches {sel}"))),
+        [] => Err(Error::NoResult(sel.to_string())),
         [id] => read(dir, id).ok_or_else(|| Error::failed(format!("result {id} is unreadable"))),
-        _ => Err(Error::failed(format!("result selector {sel} is ambiguous"))),
+        _ => Err(Error::AmbiguousResult(sel.to_string())),
     }
 }
 
@@ -141,14 +142,20 @@ mod tests {
         receipt("aa11", 5).write(dir.path()).unwrap();
         receipt("aa22", 6).write(dir.path()).unwrap();
         assert_eq!(find(dir.path(), "aa1").unwrap().id, "aa11");
-        assert_eq!(
-            find(dir.path(), "aa").unwrap_err().to_string(),
-            "result selector aa is ambiguous"
+        let ambiguous = find(dir.path(), "aa").unwrap_err();
+        assert!(
+            matches!(ambiguous, Error::AmbiguousResult(_)),
+            "{ambiguous:?}"
         );
-        assert_eq!(
-            find(dir.path(), "b").unwrap_err().to_string(),
-            "no result matches b"
-        );
+        assert_eq!(ambiguous.to_string(), "result selector aa is ambiguous");
+        assert_eq!(ambiguous.exit_code(), 4);
+        let missing = find(dir.path(), "b").unwrap_err();
+        assert!(matches!(missing, Error::NoResult(_)), "{missing:?}");
+        assert_eq!(missing.to_string(), "no result matches b");
+        assert_eq!(missing.exit_code(), 3);
+        // An empty or absent results directory matches nothing either.
+        let absent = find(&dir.path().join("absent"), "aa").unwrap_err();
+        assert_eq!(absent.exit_code(), 3);
         assert_eq!(find(dir.path(), "X").unwrap_err().exit_code(), 2);
     }
 }

@@ -45,9 +45,7 @@ pub fn euid() -> u32 {
 /// `n` bytes from the kernel CSPRNG, lowercase hex.
 pub fn random_hex(n: usize) -> Result<String> {
     let mut buf = vec![0u8; n];
-    File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut buf))
-        .context(|| "reading /dev/urandom".to_string())?;
+    getrandom::fill(&mut buf).map_err(|e| Error::failed(format!("drawing random bytes: {e}")))?;
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
@@ -219,6 +217,17 @@ mod tests {
     #[test]
     fn own_process_is_alive() {
         assert!(process_alive(std::process::id()));
-        assert_eq!(random_hex(32).unwrap().len(), 64);
+    }
+
+    #[test]
+    fn random_hex_is_lowercase_hex_of_twice_the_length() {
+        let a = random_hex(32).unwrap();
+        assert_eq!(a.len(), 64);
+        assert!(
+            a.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+            "{a}"
+        );
+        assert_ne!(a, random_hex(32).unwrap());
+        assert_eq!(random_hex(0).unwrap(), "");
     }
 }

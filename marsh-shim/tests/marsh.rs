@@ -23,6 +23,29 @@ fn version_and_usage() {
     assert_eq!(code(&env.marsh(&["frobnicate"])), 2);
     assert_eq!(code(&env.marsh(&["results", "show", "NOT-HEX"])), 2);
     assert!(!env.home.exists(), "no verb but -c creates the home");
+
+    let marshd = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_marshd"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = marshd(&["--version"]);
+    assert_eq!(code(&out), 0);
+    assert_eq!(
+        stdout(&out),
+        format!("marshd {} (marsh-shim)\n", env!("CARGO_PKG_VERSION"))
+    );
+    for args in [
+        &[][..],
+        &["bogus"],
+        &["serve", "--home", "/h"],
+        &["kit-client"],
+    ] {
+        let out = marshd(args);
+        assert_eq!(code(&out), 2, "marshd {args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("Usage: marshd "), "{}", stderr(&out));
+    }
 }
 
 #[test]
@@ -124,9 +147,11 @@ fn sandbox_hides_home_and_token_and_only_workspace_is_writable() {
 /// socket, never the daemon channel.
 #[test]
 fn jobs_cannot_take_over_the_daemon_channel() {
-    if !std::path::Path::new("/usr/bin/python3").exists() {
-        return;
-    }
+    // A missing prerequisite fails the test: it must never pass without running.
+    assert!(
+        std::path::Path::new("/usr/bin/python3").exists(),
+        "this test needs /usr/bin/python3 (a prerequisite of `make test`): install python3"
+    );
     let env = Env::new();
     let script = r#"
 import ctypes, os, socket
@@ -210,13 +235,33 @@ fn receipts_are_listed_newest_first_and_shown_by_prefix() {
     let id = first["id"].as_str().unwrap();
     let shown = env.json(&["results", "show", &id[..8], "--json"]);
     assert_eq!(&shown, first);
+    // No match and an ambiguous selector have exit codes of their own (3 and 4): the
+    // control plane classifies by exit code, never by the text.
     let out = env.marsh(&["results", "show", "ffffffff-ffff", "--json"]);
-    assert_eq!(code(&out), 1);
-    assert!(stderr(&out).contains("no result matches ffffffff-ffff"));
-    // With two receipts, some one-character prefix is shared or absent; "-" is in both.
-    let out = env.marsh(&["results", "show", "-", "--json"]);
-    assert_eq!(code(&out), 1);
-    assert!(stderr(&out).contains("ambiguous") || stderr(&out).contains("no result matches"));
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert_eq!(stderr(&out), "marsh: no result matches ffffffff-ffff\n");
+    // No receipt id starts with "-" (ids are UUIDs).
+    assert_eq!(code(&env.marsh(&["results", "show", "-", "--json"])), 3);
+    // A second receipt sharing the first's 8-character prefix makes that prefix ambiguous.
+    let twin_id = format!("{}-0000-4000-8000-000000000000", &id[..8]);
+    let mut twin = first.clone();
+    twin["id"] = serde_json::json!(twin_id);
+    std::fs::write(
+        env.home.join(format!("results/{twin_id}.json")),
+        twin.to_string(),
+    )
+    .unwrap();
+    let prefix = &id[..8];
+    let out = env.marsh(&["results", "show", prefix, "--json"]);
+    assert_eq!(code(&out), 4, "{}", stderr(&out));
+    assert_eq!(
+        stderr(&out),
+        format!("marsh: result selector {prefix} is ambiguous\n")
+    );
+    assert_eq!(
+        env.json(&["results", "show", &twin_id])["id"],
+        twin_id.as_str()
+    );
 }
 
 #[test]

@@ -25,8 +25,9 @@ pub use lease::Lease;
 pub use naming::{sbx_client_root, scopes_base, server_name, workspace_hash};
 pub use owner::{ensure_owner_only_dir, verify_owner_only_dir};
 pub use registry::{
-    AdmissionError, DIAGNOSTIC_LIMIT, Event, MAX_LIVE_SCOPES, MAX_RETAINED_SCOPES, Next,
-    REGISTRY_VERSION, Registry, ScopeId, ScopeRecord, ScopeState, TransitionError, transition,
+    AdmissionError, DIAGNOSTIC_LIMIT, Event, IDENTITY_RECOVERY, MAX_LIVE_SCOPES,
+    MAX_RETAINED_SCOPES, Next, REGISTRY_VERSION, Registry, ScopeId, ScopeRecord, ScopeState,
+    TransitionError, transition,
 };
 pub use removal::{RemovalError, RemovalLimits, RemovalReport, remove_scope_home};
 pub use root::{DEFAULT_HOME_NAME, ManagedRoot, home_matches};

@@ -7,13 +7,10 @@ use sha2::{Digest, Sha256};
 
 /// Lowercase hex sha256 of the canonical workspace path bytes.
 pub fn workspace_hash(canonical: &Path) -> String {
-    use std::fmt::Write;
-    Sha256::digest(canonical.as_os_str().as_encoded_bytes())
-        .iter()
-        .fold(String::with_capacity(64), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+    format!(
+        "{:x}",
+        Sha256::digest(canonical.as_os_str().as_encoded_bytes())
+    )
 }
 
 /// The name clients register: `marsh-dev-` + the first 12 hex of the workspace hash

@@ -16,6 +16,11 @@ use crate::atomic::{read_state_file, write_atomically};
 use crate::{DirIdentity, RegistryError};
 
 pub const REGISTRY_FILE: &str = "scopes.json";
+/// What an identity-invalid scope tells its operator: the recovery path. Shared by
+/// restart reconciliation here and the server's run-time identity checks.
+pub const IDENTITY_RECOVERY: &str = "its home is missing, malformed or replaced since it was recorded, so marsh-mcp will not \
+recreate, recapture, reset or delete it. Restore the exact original directory, or stop marsh-mcp, prove or remove the \
+runtime with stock sbx, archive this development root and start on a new empty --scope-root";
 pub const REGISTRY_VERSION: u32 = 1;
 /// Live generated scopes (starting, ready, resetting, stopping, failed).
 pub const MAX_LIVE_SCOPES: usize = 16;
@@ -434,9 +439,9 @@ impl Registry {
                 record.identity_invalid = true;
                 record.fail(
                     "restart",
-                    "the scope home is missing or was replaced since it was recorded; marsh-mcp will not recreate, recapture or delete it. \
-                     Restore the exact original directory, or stop marsh-mcp, prove or remove the runtime with stock sbx, archive this \
-                     development root and start on a new empty --scope-root",
+                    &format!(
+                        "the scope home was missing or replaced at restart; {IDENTITY_RECOVERY}"
+                    ),
                 );
                 changed = true;
             }

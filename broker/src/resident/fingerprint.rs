@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::marsh::MarshDriver;
-use crate::pinned::hex;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerIdentity {
@@ -28,7 +27,7 @@ pub fn build_hash() -> std::io::Result<String> {
         }
         hasher.update(&buf[..n]);
     }
-    Ok(hex(&hasher.finalize()))
+    Ok(format!("{:x}", hasher.finalize()))
 }
 
 impl BrokerIdentity {
@@ -57,7 +56,7 @@ impl BrokerIdentity {
         );
         Ok(Self {
             build: build_hash()?,
-            fingerprint: hex(&hasher.finalize()),
+            fingerprint: format!("{:x}", hasher.finalize()),
         })
     }
 }

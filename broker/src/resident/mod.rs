@@ -8,7 +8,4 @@ mod http;
 mod runtime_dir;
 mod token;
 
-pub use control::{ControlError, broker_run, broker_start, broker_stop, connect};
-pub use fingerprint::BrokerIdentity;
-pub use runtime_dir::RuntimeDir;
-pub use token::{create_or_read_token, read_token};
+pub(crate) use control::{broker_run, broker_start, broker_stop, connect};

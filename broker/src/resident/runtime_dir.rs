@@ -9,8 +9,6 @@ use std::path::{Path, PathBuf};
 use marsh_scope_registry::{RegistryError, ensure_owner_only_dir};
 use sha2::{Digest, Sha256};
 
-use crate::pinned::hex;
-
 #[derive(Debug, Clone)]
 pub struct RuntimeDir {
     dir: PathBuf,
@@ -20,7 +18,7 @@ impl RuntimeDir {
     /// Where the runtime directory of `root` is. `xdg_runtime` is honoured only when it
     /// is absolute and short enough to keep the socket path within the limit.
     pub fn locate(root: &Path, xdg_runtime: Option<&Path>) -> Self {
-        let digest = hex(&Sha256::digest(root.as_os_str().as_encoded_bytes()));
+        let digest = format!("{:x}", Sha256::digest(root.as_os_str().as_encoded_bytes()));
         let name = format!(
             "marsh-mcp-{}-{}",
             nix::unistd::geteuid().as_raw(),
@@ -43,10 +41,6 @@ impl RuntimeDir {
     /// Verifies an existing directory without creating it.
     pub fn verify(&self) -> Result<(), RegistryError> {
         marsh_scope_registry::verify_owner_only_dir(&self.dir).map(|_| ())
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.dir
     }
 
     pub fn socket(&self) -> PathBuf {
@@ -80,8 +74,8 @@ mod tests {
             dir.socket().display()
         );
         let other = RuntimeDir::locate(Path::new("/other"), None);
-        assert_ne!(dir.path(), other.path());
+        assert_ne!(dir.dir, other.dir);
         let relative = RuntimeDir::locate(&root, Some(Path::new("run")));
-        assert!(relative.path().starts_with("/tmp"));
+        assert!(relative.dir.starts_with("/tmp"));
     }
 }

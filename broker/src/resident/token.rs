@@ -7,8 +7,6 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
-use crate::pinned::hex;
-
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
     #[error("cannot read the broker token {path}: {source}")]
@@ -29,10 +27,11 @@ pub enum TokenError {
     Malformed { path: String },
 }
 
+/// 32 bytes from the operating system's generator, as 64 lowercase hex digits.
 fn random_hex() -> std::io::Result<String> {
     let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(hex(&bytes))
+    getrandom::fill(&mut bytes).map_err(std::io::Error::other)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Reads the token; never creates it.

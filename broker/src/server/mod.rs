@@ -3,5 +3,7 @@
 mod handler;
 mod transport;
 
-pub use handler::{McpSession, serve_session};
-pub use transport::LineTransport;
+pub(crate) use handler::serve_session;
+
+#[cfg(test)]
+mod session_tests;

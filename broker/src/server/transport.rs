@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 
-use marsh_connect_proxy::{Frame, FrameReader, MAX_FRAME_BYTES};
+use marsh_connect_proxy::{Frame, FrameReader, MAX_FRAME_BYTES, oversized_error};
 
 const INBOUND_QUEUE: usize = 32;
 const OUTBOUND_QUEUE: usize = 64;
@@ -131,6 +131,11 @@ fn error_frame(id: Value, code: i64, message: &str) -> Vec<u8> {
     reply.to_string().into_bytes()
 }
 
+fn oversized_frame(len: usize) -> Vec<u8> {
+    let reply = json!({"jsonrpc": "2.0", "id": Value::Null, "error": oversized_error(len)});
+    reply.to_string().into_bytes()
+}
+
 /// What one inbound line turns into.
 enum Inbound {
     /// A message for rmcp; `request` is the canonical id of a request it must answer,
@@ -148,13 +153,7 @@ fn classify(frame: Frame, initialize_seen: &mut bool) -> Inbound {
     let line = match frame {
         Frame::Oversized { len } => {
             tracing::warn!(len, "discarded an oversized frame");
-            return Inbound::Reply(error_frame(
-                Value::Null,
-                -32600,
-                &format!(
-                    "frame of {len} bytes exceeds the {MAX_FRAME_BYTES}-byte limit and was discarded"
-                ),
-            ));
+            return Inbound::Reply(oversized_frame(len));
         }
         Frame::Line(line) => line,
     };

@@ -2,53 +2,117 @@
 //! the `validate` functions enforce the bounds the schemas advertise, before anything
 //! touches a child process.
 
+use std::time::Duration;
+
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::envelope::ToolError;
+use crate::error::ToolError;
 
-pub const COMMAND_MAX_BYTES: usize = 65536;
-pub const TIMEOUT_MIN_MS: u64 = 10;
-pub const TIMEOUT_MAX_MS: u64 = 900_000;
-pub const TIMEOUT_DEFAULT_MS: u64 = 120_000;
-pub const WAIT_DEFAULT_MS: u64 = 15_000;
+/// An integer argument's range and default: the one statement of them. The schemas'
+/// `minimum`/`maximum`/`default` and the validation both read these constants.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bound {
+    pub name: &'static str,
+    pub min: u64,
+    pub max: u64,
+    pub default: u64,
+}
+
+impl Bound {
+    /// The value, or the default when absent; out of range is `invalid_argument`.
+    pub(crate) fn check(self, value: Option<u64>) -> Result<u64, ToolError> {
+        let v = value.unwrap_or(self.default);
+        if v < self.min || v > self.max {
+            return Err(ToolError::invalid(format!(
+                "{} must be {}..{}, got {v}",
+                self.name, self.min, self.max
+            )));
+        }
+        Ok(v)
+    }
+
+    pub(crate) fn duration(self, value: Option<u64>) -> Result<Duration, ToolError> {
+        self.check(value).map(Duration::from_millis)
+    }
+
+    /// The same range with another default.
+    const fn defaulting_to(self, default: u64) -> Self {
+        Self { default, ..self }
+    }
+}
+
+pub(crate) const TIMEOUT: Bound = Bound {
+    name: "timeout_ms",
+    min: 10,
+    max: 900_000,
+    default: 120_000,
+};
 /// Below typical client request timeouts (60 s), with room for the response.
-pub const WAIT_MAX_MS: u64 = 55_000;
-pub const MAX_BYTES_DEFAULT: u64 = 65_536;
+pub(crate) const WAIT: Bound = Bound {
+    name: "wait_ms",
+    min: 0,
+    max: 55_000,
+    default: 15_000,
+};
+/// `operation_get` answers at once unless asked to wait.
+pub(crate) const OPERATION_WAIT: Bound = WAIT.defaulting_to(0);
+pub(crate) const QUALIFY_TIMEOUT: Bound = TIMEOUT.defaulting_to(900_000);
+pub(crate) const QUALIFY_WAIT: Bound = WAIT.defaulting_to(0);
 /// Keeps any response, base64 included, well under the 1 MiB frame cap.
-pub const MAX_BYTES_LIMIT: u64 = 262_144;
-pub const TAIL_LINES_MAX: u64 = 10_000;
-pub const SELECTION_MAX_NAMES: usize = 16;
-pub const QUALIFY_TIMEOUT_DEFAULT_MS: u64 = 900_000;
+pub(crate) const MAX_BYTES: Bound = Bound {
+    name: "max_bytes",
+    min: 1,
+    max: 262_144,
+    default: 65_536,
+};
+pub(crate) const TAIL_LINES: Bound = Bound {
+    name: "tail_lines",
+    min: 1,
+    max: 10_000,
+    default: 10,
+};
+pub(crate) const RESULTS_LIMIT: Bound = Bound {
+    name: "limit",
+    min: 1,
+    max: 100,
+    default: 20,
+};
+pub(crate) const COMMAND_MAX_BYTES: usize = 65_536;
+pub(crate) const SELECTOR_MAX_BYTES: usize = 64;
+pub(crate) const SELECTION_MAX_NAMES: usize = 16;
+pub(crate) const KIT_NAME_MAX_BYTES: usize = 64;
 
-pub fn parse<T: DeserializeOwned>(arguments: Option<Map<String, Value>>) -> Result<T, ToolError> {
+pub(crate) fn parse<T: DeserializeOwned>(
+    arguments: Option<Map<String, Value>>,
+) -> Result<T, ToolError> {
     let value = Value::Object(arguments.unwrap_or_default());
     serde_json::from_value(value).map_err(|e| ToolError::invalid(format!("invalid arguments: {e}")))
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct NoArgs {}
+pub(crate) struct NoArgs {}
 
-/// Run one command in the default scope's project shell.
+/// Run one command in a scope's project shell.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ShellRunArgs {
-    /// Shell command for the project shell (not a host shell). 1..65536 bytes, no NUL
-    /// or control characters other than tab, newline and carriage return.
-    #[schemars(length(min = 1, max = 65536))]
+pub(crate) struct ShellRunArgs {
+    /// Shell command for the project shell (not a host shell); no NUL or control
+    /// characters other than tab, newline and carriage return.
+    #[schemars(length(min = 1, max = COMMAND_MAX_BYTES))]
     pub command: String,
-    /// Kill the command after this many milliseconds (10..900000, default 120000).
-    #[schemars(range(min = 10, max = 900000))]
+    /// Kill the command after this many milliseconds.
+    #[schemars(range(min = TIMEOUT.min, max = TIMEOUT.max), extend("default" = TIMEOUT.default))]
     pub timeout_ms: Option<u64>,
-    /// Return inline if the command ends within this many milliseconds (0..55000,
-    /// default 15000); otherwise return the operation id and the output so far.
-    #[schemars(range(min = 0, max = 55000))]
+    /// Return inline if the command ends within this many milliseconds; otherwise
+    /// return the operation id and the output so far.
+    #[schemars(range(min = WAIT.min, max = WAIT.max), extend("default" = WAIT.default))]
     pub wait_ms: Option<u64>,
-    /// Output bytes to include in this response (1..262144, default 65536).
-    #[schemars(range(min = 1, max = 262144))]
+    /// Output bytes to include in this response.
+    #[schemars(range(min = MAX_BYTES.min, max = MAX_BYTES.max), extend("default" = MAX_BYTES.default))]
     pub max_bytes: Option<u64>,
     /// Include `*_base64` views even when the output is valid UTF-8.
     pub include_base64: Option<bool>,
@@ -56,60 +120,69 @@ pub struct ShellRunArgs {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ResultsListArgs {
-    /// Newest receipts to return (1..100, default 20).
-    #[schemars(range(min = 1, max = 100))]
+pub(crate) struct ResultsListArgs {
+    /// Newest receipts to return.
+    #[schemars(range(min = RESULTS_LIMIT.min, max = RESULTS_LIMIT.max), extend("default" = RESULTS_LIMIT.default))]
     pub limit: Option<u64>,
+    /// Reading a stopped scope is an operation (read, then an exact stop): return
+    /// inline if it ends within this many milliseconds, else its operation id.
+    #[schemars(range(min = WAIT.min, max = WAIT.max), extend("default" = WAIT.default))]
+    pub wait_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ResultGetArgs {
-    /// A receipt id or unique prefix: 1..64 of `[0-9a-f-]`.
-    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[0-9a-f-]{1,64}$"))]
+pub(crate) struct ResultGetArgs {
+    /// A receipt id or unique prefix of `[0-9a-f-]`.
+    #[schemars(length(min = 1, max = SELECTOR_MAX_BYTES), regex(pattern = r"^[0-9a-f-]{1,64}$"))]
     pub selector: String,
+    /// Reading a stopped scope is an operation (read, then an exact stop): return
+    /// inline if it ends within this many milliseconds, else its operation id.
+    #[schemars(range(min = WAIT.min, max = WAIT.max), extend("default" = WAIT.default))]
+    pub wait_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct SelectionArgs {
-    /// `all` or up to 16 comma-separated kit names `[a-z0-9-]{1,64}` (default `all`).
+pub(crate) struct SelectionArgs {
+    /// `all` or up to 16 comma-separated kit names `[a-z0-9-]{1,64}`.
+    #[schemars(extend("default" = "all"))]
     pub selection: Option<String>,
-    /// Wait up to this many milliseconds for the operation to end (0..55000, default 15000).
-    #[schemars(range(min = 0, max = 55000))]
+    /// Wait up to this many milliseconds for the operation to end.
+    #[schemars(range(min = WAIT.min, max = WAIT.max), extend("default" = WAIT.default))]
     pub wait_ms: Option<u64>,
 }
 
 /// Whole-scope lifecycle calls: only how long to wait for the operation.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct WaitArgs {
-    /// Wait up to this many milliseconds for the operation to end (0..55000, default 15000).
-    #[schemars(range(min = 0, max = 55000))]
+pub(crate) struct WaitArgs {
+    /// Wait up to this many milliseconds for the operation to end.
+    #[schemars(range(min = WAIT.min, max = WAIT.max), extend("default" = WAIT.default))]
     pub wait_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct OperationGetArgs {
+pub(crate) struct OperationGetArgs {
     /// The opaque id returned when the operation was created.
     pub operation_id: String,
-    /// Wait up to this many milliseconds for the operation to end (0..55000, default 0).
-    #[schemars(range(min = 0, max = 55000))]
+    /// Wait up to this many milliseconds for the operation to end.
+    #[schemars(range(min = OPERATION_WAIT.min, max = OPERATION_WAIT.max), extend("default" = OPERATION_WAIT.default))]
     pub wait_ms: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct OperationOutputArgs {
+pub(crate) struct OperationOutputArgs {
     pub operation_id: String,
     /// Byte cursor: pass the previous response's `next_seq` (default 0 = from the start).
     pub since_seq: Option<u64>,
-    /// Instead of reading forward, return the newest N lines of each stream (1..10000).
-    #[schemars(range(min = 1, max = 10000))]
+    /// Instead of reading forward, return the newest N lines of each stream.
+    #[schemars(range(min = TAIL_LINES.min, max = TAIL_LINES.max))]
     pub tail_lines: Option<u64>,
-    /// Output bytes to include (1..262144, default 65536).
-    #[schemars(range(min = 1, max = 262144))]
+    /// Output bytes to include.
+    #[schemars(range(min = MAX_BYTES.min, max = MAX_BYTES.max), extend("default" = MAX_BYTES.default))]
     pub max_bytes: Option<u64>,
     /// Include `*_base64` views even when the output is valid UTF-8.
     pub include_base64: Option<bool>,
@@ -117,13 +190,13 @@ pub struct OperationOutputArgs {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct OperationCancelArgs {
+pub(crate) struct OperationCancelArgs {
     pub operation_id: String,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Gate {
+pub(crate) enum Gate {
     Source,
     Smoke,
     Full,
@@ -132,7 +205,7 @@ pub enum Gate {
 
 impl Gate {
     /// The fixed make target of each gate; nothing else can be run.
-    pub fn make_target(self) -> &'static str {
+    pub(crate) fn make_target(self) -> &'static str {
         match self {
             Self::Source => "test",
             Self::Smoke => "acceptance-smoke",
@@ -144,16 +217,17 @@ impl Gate {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct QualifyArgs {
+pub(crate) struct QualifyArgs {
     pub gate: Gate,
-    /// 10..900000 ms, default 900000.
-    #[schemars(range(min = 10, max = 900000))]
+    /// Kill the recipe after this many milliseconds.
+    #[schemars(range(min = QUALIFY_TIMEOUT.min, max = QUALIFY_TIMEOUT.max), extend("default" = QUALIFY_TIMEOUT.default))]
     pub timeout_ms: Option<u64>,
-    #[schemars(range(min = 0, max = 55000))]
+    /// Wait up to this many milliseconds for the operation to end.
+    #[schemars(range(min = QUALIFY_WAIT.min, max = QUALIFY_WAIT.max), extend("default" = QUALIFY_WAIT.default))]
     pub wait_ms: Option<u64>,
 }
 
-pub fn command(command: &str) -> Result<&str, ToolError> {
+pub(crate) fn command(command: &str) -> Result<&str, ToolError> {
     if command.is_empty() || command.len() > COMMAND_MAX_BYTES {
         return Err(ToolError::invalid(format!(
             "command must be 1..{COMMAND_MAX_BYTES} bytes, got {}",
@@ -171,36 +245,11 @@ pub fn command(command: &str) -> Result<&str, ToolError> {
     Ok(command)
 }
 
-pub fn bounded(
-    name: &str,
-    value: Option<u64>,
-    min: u64,
-    max: u64,
-    default: u64,
-) -> Result<u64, ToolError> {
-    let v = value.unwrap_or(default);
-    if v < min || v > max {
-        return Err(ToolError::invalid(format!(
-            "{name} must be {min}..{max}, got {v}"
-        )));
-    }
-    Ok(v)
+pub(crate) fn max_bytes(value: Option<u64>) -> Result<usize, ToolError> {
+    MAX_BYTES.check(value).map(|v| v as usize)
 }
 
-pub fn wait(value: Option<u64>, default: u64) -> Result<std::time::Duration, ToolError> {
-    bounded("wait_ms", value, 0, WAIT_MAX_MS, default).map(std::time::Duration::from_millis)
-}
-
-pub fn timeout(value: Option<u64>, default: u64) -> Result<std::time::Duration, ToolError> {
-    bounded("timeout_ms", value, TIMEOUT_MIN_MS, TIMEOUT_MAX_MS, default)
-        .map(std::time::Duration::from_millis)
-}
-
-pub fn max_bytes(value: Option<u64>) -> Result<usize, ToolError> {
-    bounded("max_bytes", value, 1, MAX_BYTES_LIMIT, MAX_BYTES_DEFAULT).map(|v| v as usize)
-}
-
-pub fn selection(selection: Option<&str>) -> Result<String, ToolError> {
+pub(crate) fn selection(selection: Option<&str>) -> Result<String, ToolError> {
     let sel = selection.unwrap_or("all");
     if sel == "all" {
         return Ok(sel.to_owned());
@@ -214,27 +263,29 @@ pub fn selection(selection: Option<&str>) -> Result<String, ToolError> {
     }
     for name in &names {
         let ok = !name.is_empty()
-            && name.len() <= 64
+            && name.len() <= KIT_NAME_MAX_BYTES
             && name
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
         if !ok || *name == "all" {
             return Err(ToolError::invalid(format!(
-                "selection must be `all` or comma-separated names of [a-z0-9-]{{1,64}}; {name:?} is not"
+                "selection must be `all` or comma-separated names of [a-z0-9-]{{1,{KIT_NAME_MAX_BYTES}}}; {name:?} is not"
             )));
         }
     }
     Ok(sel.to_owned())
 }
 
-pub fn selector(selector: &str) -> Result<&str, ToolError> {
+pub(crate) fn selector(selector: &str) -> Result<&str, ToolError> {
     let ok = !selector.is_empty()
-        && selector.len() <= 64
+        && selector.len() <= SELECTOR_MAX_BYTES
         && selector
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-');
     if !ok {
-        return Err(ToolError::invalid("selector must be 1..64 of [0-9a-f-]"));
+        return Err(ToolError::invalid(format!(
+            "selector must be 1..{SELECTOR_MAX_BYTES} of [0-9a-f-]"
+        )));
     }
     Ok(selector)
 }
@@ -245,6 +296,20 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn schemas_state_the_same_bounds_the_validation_enforces() {
+        let schema = serde_json::to_value(schemars::schema_for!(ShellRunArgs)).unwrap();
+        let props = &schema["properties"];
+        assert_eq!(props["timeout_ms"]["minimum"], TIMEOUT.min);
+        assert_eq!(props["timeout_ms"]["maximum"], TIMEOUT.max);
+        assert_eq!(props["timeout_ms"]["default"], TIMEOUT.default);
+        assert_eq!(props["wait_ms"]["maximum"], WAIT.max);
+        assert_eq!(props["max_bytes"]["maximum"], MAX_BYTES.max);
+        assert_eq!(props["command"]["maxLength"], COMMAND_MAX_BYTES);
+        let get = serde_json::to_value(schemars::schema_for!(OperationGetArgs)).unwrap();
+        assert_eq!(get["properties"]["wait_ms"]["default"], 0);
+    }
+
+    #[test]
     fn rejects_unknown_fields_types_and_bounds() {
         let obj = |v: Value| v.as_object().cloned();
         assert!(parse::<ShellRunArgs>(obj(json!({"command": "ls", "cwd": "/"}))).is_err());
@@ -253,7 +318,10 @@ mod tests {
         assert!(command("a\0b").is_err());
         assert!(command("printf 'a\\tb'\n").is_ok());
         assert!(command(&"x".repeat(COMMAND_MAX_BYTES + 1)).is_err());
-        assert!(bounded("timeout_ms", Some(9), 10, 900_000, 1).is_err());
+        assert!(TIMEOUT.check(Some(9)).is_err());
+        assert_eq!(TIMEOUT.check(None).unwrap(), 120_000);
+        assert_eq!(OPERATION_WAIT.check(None).unwrap(), 0);
+        assert!(WAIT.check(Some(WAIT.max + 1)).is_err());
         assert!(selection(Some("a,b-2")).is_ok());
         assert!(selection(Some("A")).is_err());
         assert!(selection(Some(&vec!["k"; 17].join(","))).is_err());

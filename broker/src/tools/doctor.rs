@@ -2,9 +2,9 @@
 
 use serde_json::{Value, json};
 
-use super::envelope::ToolResult;
 use crate::admission::GLOBAL_OPERATION_CAP;
 use crate::context::{READ_QUERY_CAP, ServerContext};
+use crate::error::ToolResult;
 use crate::marsh::Verb;
 use crate::operations::{GLOBAL_RETAINED_BYTES, RETAINED_OPERATIONS};
 use crate::output::RETAINED_PER_STREAM;
@@ -15,7 +15,7 @@ fn check(name: &str, ok: bool, detail: impl Into<String>) -> Value {
     json!({"name": name, "ok": ok, "detail": detail.into()})
 }
 
-pub async fn doctor(ctx: &ServerContext) -> ToolResult {
+pub(crate) async fn doctor(ctx: &ServerContext) -> ToolResult {
     let mut checks = Vec::new();
     for pin in ctx.driver.pins() {
         let name = format!("pinned_{}", pin.role());

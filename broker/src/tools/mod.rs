@@ -1,15 +1,17 @@
-//! The tool surface: the static catalog (names, descriptions, schemas) and dispatch.
+//! The tool surface: the catalog (names, descriptions, schemas, annotations) and the
+//! dispatch, both derived from [`ToolName`] by exhaustive matches — a new tool that is
+//! not described, scoped and dispatched does not compile.
 
-pub mod args;
+mod args;
 mod doctor;
-pub mod envelope;
-mod launch;
+mod envelope;
 mod operation_tools;
 mod qualify;
+mod report;
 mod scope_lifecycle;
 mod scope_work;
 mod scoped;
-pub mod views;
+mod views;
 
 use std::sync::Arc;
 
@@ -19,35 +21,30 @@ use schemars::JsonSchema;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::WorkerStep;
 use crate::context::ServerContext;
-use crate::operations::{OpKind, SessionId};
-use envelope::{ToolResult, envelope_schema, into_call_result};
+use crate::error::ToolResult;
+use crate::operations::SessionId;
+use crate::scopes::ScopeView;
+use crate::tool_name::{Addressing, ToolName};
+use envelope::{envelope_schema, into_call_result};
 
-/// Every tool this server exposes, in catalog order: exactly these 22.
-pub const TOOL_NAMES: &[&str] = &[
-    "doctor",
-    "status",
-    "results_list",
-    "result_get",
-    "shell_run",
-    "prewarm",
-    "workers_reset",
-    "scope_start",
-    "scope_list",
-    "scope_status",
-    "scope_run",
-    "scope_results_list",
-    "scope_result_get",
-    "scope_prewarm",
-    "scope_workers_reset",
-    "scope_reset",
-    "scope_stop",
-    "scope_remove",
-    "operation_get",
-    "operation_output",
-    "operation_cancel",
-    "qualify",
-];
+/// One call as a handler sees it: whose, with what arguments (`scope_id` already
+/// taken out for `scope_*` tools), and the request's cancellation.
+#[derive(Clone, Copy)]
+pub(crate) struct Call<'a> {
+    pub session: SessionId,
+    pub arguments: &'a Option<Map<String, Value>>,
+    pub request: &'a CancellationToken,
+}
+
+/// A JSON object's map, or an empty one.
+pub(crate) fn object(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
 
 fn schema_of<T: JsonSchema>() -> Arc<JsonObject> {
     let schema = schemars::schema_for!(T);
@@ -61,227 +58,204 @@ fn schema_of<T: JsonSchema>() -> Arc<JsonObject> {
     }
 }
 
-fn annotated(tool: Tool, read_only: bool) -> Tool {
+const SHELL_RUN_DESCRIPTION: &str = "Run a command in the project shell (cwd = the workspace). Returns the complete result inline if it ends within wait_ms; otherwise the operation id, state `running` and the output so far, while the command keeps running. Output fields: stdout_bytes, stdout_text, stdout_text_state (utf8|lossy|omitted|truncated), stdout_base64 when not UTF-8, the same for stderr, and byte cursors.";
+
+/// A tool's description and its own arguments' schema (before `scope_id` is added).
+fn describe(tool: ToolName) -> (&'static str, Arc<JsonObject>) {
+    use args::*;
+    match tool {
+        ToolName::Doctor => (
+            "Health of this server: pinned executables, scope home identity, sandbox isolation, registry, limits and operation counts. No host paths.",
+            schema_of::<NoArgs>(),
+        ),
+        ToolName::Status => (
+            "State of the default scope and its marsh runtime (daemon, project shell, kit workers, active jobs).",
+            schema_of::<NoArgs>(),
+        ),
+        ToolName::ResultsList => (
+            "Newest durable result receipts of the default scope. Reading a stopped scope is an operation (read, then an exact stop): inline within wait_ms, else its operation id.",
+            schema_of::<ResultsListArgs>(),
+        ),
+        ToolName::ResultGet => (
+            "One durable result receipt of the default scope, by id or unique id prefix.",
+            schema_of::<ResultGetArgs>(),
+        ),
+        ToolName::ShellRun | ToolName::ScopeRun => {
+            (SHELL_RUN_DESCRIPTION, schema_of::<ShellRunArgs>())
+        }
+        ToolName::Prewarm => (
+            "Warm the selected kit workers of the default scope (an operation).",
+            schema_of::<SelectionArgs>(),
+        ),
+        ToolName::WorkersReset => (
+            "Reset the selected kit workers of the default scope to cold (an operation); refused while they have active work.",
+            schema_of::<SelectionArgs>(),
+        ),
+        ToolName::ScopeStart => (
+            "Create a private development scope (own home, daemon, project shell, workers) over this workspace and boot it. Returns its opaque id and the boot operation. Managed mode only; at most 16 live and 128 retained generated scopes.",
+            schema_of::<NoArgs>(),
+        ),
+        ToolName::ScopeList => (
+            "Every scope of this server (default first) with its persisted state.",
+            schema_of::<NoArgs>(),
+        ),
+        ToolName::ScopeStatus => (
+            "State of one scope. A ready scope's runtime is probed; a stopped one is absent; failed or transitioning ones report their persisted state without probing.",
+            schema_of::<NoArgs>(),
+        ),
+        ToolName::ScopeResultsList => (
+            "Newest durable receipts of one scope. Reading a stopped scope takes exclusive access and always ends with an exact stop; it is an operation: inline within wait_ms, else its operation id.",
+            schema_of::<ResultsListArgs>(),
+        ),
+        ToolName::ScopeResultGet => (
+            "One durable receipt of one scope, by id or unique prefix.",
+            schema_of::<ResultGetArgs>(),
+        ),
+        ToolName::ScopePrewarm => (
+            "Warm the selected kit workers of one ready scope (an operation).",
+            schema_of::<SelectionArgs>(),
+        ),
+        ToolName::ScopeWorkersReset => (
+            "Reset the selected kit workers of one ready scope to cold (an operation).",
+            schema_of::<SelectionArgs>(),
+        ),
+        ToolName::ScopeReset => (
+            "Boot, reset and re-validate one scope (an operation): the recovery path from failed, and revival from stopped. Refused while work is active.",
+            schema_of::<WaitArgs>(),
+        ),
+        ToolName::ScopeStop => (
+            "Boot-validate then exactly stop one scope's runtime (an operation), keeping its home and receipts. Refused while work is active.",
+            schema_of::<WaitArgs>(),
+        ),
+        ToolName::ScopeRemove => (
+            "Delete a stopped generated scope's home with a bounded no-follow walk and free its record (an operation).",
+            schema_of::<WaitArgs>(),
+        ),
+        ToolName::OperationGet => (
+            "State of one of this session's operations; wait_ms waits for it to end.",
+            schema_of::<OperationGetArgs>(),
+        ),
+        ToolName::OperationOutput => (
+            "Read an operation's captured output, while running or after, with byte cursors (since_seq -> next_seq) or tail_lines.",
+            schema_of::<OperationOutputArgs>(),
+        ),
+        ToolName::OperationCancel => (
+            "Cancel one of this session's operations. Always ends in cancellation_uncertain: signal delivery does not prove the sandbox work stopped.",
+            schema_of::<OperationCancelArgs>(),
+        ),
+        ToolName::Qualify => (
+            "Run the repository's fixed qualification recipe (/usr/bin/make test|acceptance-smoke|acceptance|perf) in the workspace as the host user. Disabled unless the server was started with --allow-full-sbx-control.",
+            schema_of::<QualifyArgs>(),
+        ),
+    }
+}
+
+/// The catalog entry of `tool`.
+fn catalog_entry(tool: ToolName) -> Tool {
+    let (description, schema) = describe(tool);
+    let schema = match tool.addressing() {
+        Addressing::ScopeArgument => scoped::with_scope_id(schema),
+        Addressing::DefaultScope | Addressing::Unscoped => schema,
+    };
     let mut annotations = ToolAnnotations::new();
-    annotations.read_only_hint = Some(read_only);
+    annotations.read_only_hint = Some(tool.read_only());
     annotations.destructive_hint = Some(false);
     annotations.open_world_hint = Some(false);
-    tool.with_raw_output_schema(envelope_schema())
+    Tool::new(tool.as_str(), description, schema)
+        .with_raw_output_schema(envelope_schema())
         .with_annotations(annotations)
 }
 
-fn tool<T: JsonSchema>(name: &'static str, description: &'static str, read_only: bool) -> Tool {
-    annotated(Tool::new(name, description, schema_of::<T>()), read_only)
+/// Every tool, in catalog order.
+pub(crate) fn catalog() -> Vec<Tool> {
+    ToolName::ALL.into_iter().map(catalog_entry).collect()
 }
 
-/// The same arguments as `T` plus a required `scope_id`.
-fn scoped_tool<T: JsonSchema>(
-    name: &'static str,
-    description: &'static str,
-    read_only: bool,
-) -> Tool {
-    annotated(
-        Tool::new(name, description, scoped::with_scope_id(schema_of::<T>())),
-        read_only,
-    )
+/// The scope a scope-addressing tool works on: always the default for an alias; the
+/// `scope_id` argument (taken out of the arguments) for a `scope_*` tool.
+fn target(
+    ctx: &ServerContext,
+    tool: ToolName,
+    arguments: &mut Option<Map<String, Value>>,
+) -> Result<ScopeView, crate::error::ToolError> {
+    match tool.addressing() {
+        Addressing::DefaultScope | Addressing::Unscoped => ctx.scopes.view(ScopeId::Default),
+        Addressing::ScopeArgument => scoped::take_scope(&ctx.scopes, arguments),
+    }
 }
 
-const SHELL_RUN_DESCRIPTION: &str = "Run a command in the project shell (cwd = the workspace). Returns the complete result inline if it ends within wait_ms; otherwise the operation id, state `running` and the output so far, while the command keeps running. Output fields: stdout_bytes, stdout_text, stdout_text_state (utf8|lossy|omitted|truncated), stdout_base64 when not UTF-8, the same for stderr, and byte cursors.";
-
-pub fn catalog() -> Vec<Tool> {
-    use args::*;
-    vec![
-        tool::<NoArgs>(
-            "doctor",
-            "Health of this server: pinned executables, scope home identity, sandbox isolation, registry, limits and operation counts. No host paths.",
-            true,
-        ),
-        tool::<NoArgs>(
-            "status",
-            "State of the default scope and its marsh runtime (daemon, project shell, kit workers, active jobs).",
-            true,
-        ),
-        tool::<ResultsListArgs>(
-            "results_list",
-            "Newest durable result receipts of the default scope.",
-            true,
-        ),
-        tool::<ResultGetArgs>(
-            "result_get",
-            "One durable result receipt of the default scope, by id or unique id prefix.",
-            true,
-        ),
-        tool::<ShellRunArgs>("shell_run", SHELL_RUN_DESCRIPTION, false),
-        tool::<SelectionArgs>(
-            "prewarm",
-            "Warm the selected kit workers of the default scope (an operation).",
-            false,
-        ),
-        tool::<SelectionArgs>(
-            "workers_reset",
-            "Reset the selected kit workers of the default scope to cold (an operation); refused while they have active work.",
-            false,
-        ),
-        tool::<NoArgs>(
-            "scope_start",
-            "Create a private development scope (own home, daemon, project shell, workers) over this workspace and boot it. Returns its opaque id and the boot operation. Managed mode only; at most 16 live and 128 retained generated scopes.",
-            false,
-        ),
-        tool::<NoArgs>(
-            "scope_list",
-            "Every scope of this server (default first) with its persisted state.",
-            true,
-        ),
-        scoped_tool::<NoArgs>(
-            "scope_status",
-            "State of one scope. A ready scope's runtime is probed; a stopped one is absent; failed or transitioning ones report their persisted state without probing.",
-            true,
-        ),
-        scoped_tool::<ShellRunArgs>("scope_run", SHELL_RUN_DESCRIPTION, false),
-        scoped_tool::<ResultsListArgs>(
-            "scope_results_list",
-            "Newest durable receipts of one scope. Reading a stopped scope takes exclusive access and always ends with an exact stop.",
-            true,
-        ),
-        scoped_tool::<ResultGetArgs>(
-            "scope_result_get",
-            "One durable receipt of one scope, by id or unique prefix.",
-            true,
-        ),
-        scoped_tool::<SelectionArgs>(
-            "scope_prewarm",
-            "Warm the selected kit workers of one ready scope (an operation).",
-            false,
-        ),
-        scoped_tool::<SelectionArgs>(
-            "scope_workers_reset",
-            "Reset the selected kit workers of one ready scope to cold (an operation).",
-            false,
-        ),
-        scoped_tool::<WaitArgs>(
-            "scope_reset",
-            "Boot, reset and re-validate one scope (an operation): the recovery path from failed, and revival from stopped. Refused while work is active.",
-            false,
-        ),
-        scoped_tool::<WaitArgs>(
-            "scope_stop",
-            "Boot-validate then exactly stop one scope's runtime (an operation), keeping its home and receipts. Refused while work is active.",
-            false,
-        ),
-        scoped_tool::<WaitArgs>(
-            "scope_remove",
-            "Delete a stopped generated scope's home with a bounded no-follow walk and free its record (an operation).",
-            false,
-        ),
-        tool::<OperationGetArgs>(
-            "operation_get",
-            "State of one of this session's operations; wait_ms waits for it to end.",
-            true,
-        ),
-        tool::<OperationOutputArgs>(
-            "operation_output",
-            "Read an operation's captured output, while running or after, with byte cursors (since_seq -> next_seq) or tail_lines.",
-            true,
-        ),
-        tool::<OperationCancelArgs>(
-            "operation_cancel",
-            "Cancel one of this session's operations. Always ends in cancellation_uncertain: signal delivery does not prove the sandbox work stopped.",
-            false,
-        ),
-        tool::<QualifyArgs>(
-            "qualify",
-            "Run the repository's fixed qualification recipe (/usr/bin/make test|acceptance-smoke|acceptance|perf) in the workspace as the host user. Disabled unless the server was started with --allow-full-sbx-control.",
-            false,
-        ),
-    ]
-}
-
-async fn default_scope_call(
+async fn dispatch(
     ctx: &Arc<ServerContext>,
+    tool: ToolName,
     session: SessionId,
-    name: &str,
-    arguments: Option<Map<String, Value>>,
+    mut arguments: Option<Map<String, Value>>,
     request: &CancellationToken,
 ) -> ToolResult {
-    let view = ctx.scopes.view(ScopeId::Default)?;
-    scope_call(ctx, session, name, &view, arguments, request).await
-}
-
-async fn scope_call(
-    ctx: &Arc<ServerContext>,
-    session: SessionId,
-    name: &str,
-    view: &crate::scopes::ScopeView,
-    arguments: Option<Map<String, Value>>,
-    request: &CancellationToken,
-) -> ToolResult {
-    match name {
-        "status" | "scope_status" => {
-            let _: args::NoArgs = args::parse(arguments)?;
-            scope_work::status(ctx, view).await
+    let view = match tool.addressing() {
+        Addressing::Unscoped => None,
+        Addressing::DefaultScope | Addressing::ScopeArgument => {
+            Some(target(ctx, tool, &mut arguments)?)
         }
-        "results_list" | "scope_results_list" => {
-            scope_work::results_list(ctx, view, arguments).await
+    };
+    let call = Call {
+        session,
+        arguments: &arguments,
+        request,
+    };
+    let scope = || {
+        view.as_ref().ok_or_else(|| {
+            crate::error::ToolError::new(
+                crate::error::ErrorKind::Internal,
+                format!("{} addresses a scope but none was resolved", tool.as_str()),
+            )
+        })
+    };
+    match tool {
+        ToolName::Doctor => {
+            let _: args::NoArgs = args::parse(arguments.clone())?;
+            doctor::doctor(ctx).await
         }
-        "result_get" | "scope_result_get" => scope_work::result_get(ctx, view, arguments).await,
-        "shell_run" | "scope_run" => scope_work::run(ctx, session, view, arguments, request).await,
-        "prewarm" | "scope_prewarm" => {
-            scope_work::workers(ctx, session, view, arguments, request, OpKind::Prewarm).await
+        ToolName::Status | ToolName::ScopeStatus => {
+            let _: args::NoArgs = args::parse(arguments.clone())?;
+            scope_work::status(ctx, scope()?).await
         }
-        "workers_reset" | "scope_workers_reset" => {
-            scope_work::workers(ctx, session, view, arguments, request, OpKind::WorkersReset).await
+        ToolName::ResultsList | ToolName::ScopeResultsList => {
+            scope_work::results_list(ctx, call, scope()?).await
         }
-        "scope_reset" => scope_lifecycle::scope_reset(ctx, session, view, arguments, request).await,
-        "scope_stop" => scope_lifecycle::scope_stop(ctx, session, view, arguments, request).await,
-        "scope_remove" => {
-            scope_lifecycle::scope_remove(ctx, session, view, arguments, request).await
+        ToolName::ResultGet | ToolName::ScopeResultGet => {
+            scope_work::result_get(ctx, call, scope()?).await
         }
-        _ => Err(envelope::ToolError::new(
-            envelope::ErrorKind::Internal,
-            format!("{name} is not a scope tool"),
-        )),
+        ToolName::ShellRun | ToolName::ScopeRun => scope_work::run(ctx, call, scope()?).await,
+        ToolName::Prewarm | ToolName::ScopePrewarm => {
+            scope_work::workers(ctx, call, scope()?, WorkerStep::Prewarm).await
+        }
+        ToolName::WorkersReset | ToolName::ScopeWorkersReset => {
+            scope_work::workers(ctx, call, scope()?, WorkerStep::WorkersReset).await
+        }
+        ToolName::ScopeStart => scope_lifecycle::scope_start(ctx, call).await,
+        ToolName::ScopeList => scope_lifecycle::scope_list(ctx, call),
+        ToolName::ScopeReset => scope_lifecycle::scope_reset(ctx, call, scope()?).await,
+        ToolName::ScopeStop => scope_lifecycle::scope_stop(ctx, call, scope()?).await,
+        ToolName::ScopeRemove => scope_lifecycle::scope_remove(ctx, call, scope()?).await,
+        ToolName::OperationGet => operation_tools::operation_get(ctx, call).await,
+        ToolName::OperationOutput => operation_tools::operation_output(ctx, call).await,
+        ToolName::OperationCancel => operation_tools::operation_cancel(ctx, call).await,
+        ToolName::Qualify => qualify::qualify(ctx, call).await,
     }
 }
 
 /// Dispatches a call. `None` means no such tool (a protocol error for the caller).
-pub async fn call(
+pub(crate) async fn call(
     ctx: &Arc<ServerContext>,
     session: SessionId,
     name: &str,
-    mut arguments: Option<Map<String, Value>>,
+    arguments: Option<Map<String, Value>>,
     request: &CancellationToken,
 ) -> Option<CallToolResult> {
-    let outcome = match name {
-        "doctor" => match args::parse::<args::NoArgs>(arguments) {
-            Ok(_) => doctor::doctor(ctx).await,
-            Err(e) => Err(e),
-        },
-        "status" | "results_list" | "result_get" | "shell_run" | "prewarm" | "workers_reset" => {
-            default_scope_call(ctx, session, name, arguments, request).await
-        }
-        "scope_start" => scope_lifecycle::scope_start(ctx, session, arguments, request).await,
-        "scope_list" => scope_lifecycle::scope_list(ctx, arguments),
-        "scope_status"
-        | "scope_run"
-        | "scope_results_list"
-        | "scope_result_get"
-        | "scope_prewarm"
-        | "scope_workers_reset"
-        | "scope_reset"
-        | "scope_stop"
-        | "scope_remove" => match scoped::take_scope(&ctx.scopes, &mut arguments) {
-            Ok(view) => scope_call(ctx, session, name, &view, arguments, request).await,
-            Err(e) => Err(e),
-        },
-        "operation_get" => operation_tools::operation_get(ctx, session, arguments, request).await,
-        "operation_output" => operation_tools::operation_output(ctx, session, arguments).await,
-        "operation_cancel" => {
-            operation_tools::operation_cancel(ctx, session, arguments, request).await
-        }
-        "qualify" => qualify::qualify(ctx, session, arguments, request).await,
-        _ => return None,
-    };
-    Some(into_call_result(outcome))
+    let tool = ToolName::parse(name)?;
+    Some(into_call_result(
+        dispatch(ctx, tool, session, arguments, request).await,
+    ))
 }
 
 #[cfg(test)]
@@ -289,16 +263,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn catalog_matches_names_and_denies_unknown_fields() {
+    fn catalog_is_the_22_tools_in_order_and_denies_unknown_fields() {
         let tools = catalog();
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-        assert_eq!(names, TOOL_NAMES);
+        let expected: Vec<&str> = ToolName::ALL.iter().map(|t| t.as_str()).collect();
+        assert_eq!(names, expected);
+        assert_eq!(names.len(), 22);
         for t in &tools {
             assert_eq!(
                 t.input_schema.get("additionalProperties"),
                 Some(&Value::Bool(false)),
                 "{}",
                 t.name
+            );
+            let scoped = t
+                .input_schema
+                .get("required")
+                .and_then(Value::as_array)
+                .is_some_and(|r| r.contains(&Value::from("scope_id")));
+            let tool = ToolName::parse(&t.name).unwrap();
+            assert_eq!(
+                scoped,
+                tool.addressing() == Addressing::ScopeArgument,
+                "{}",
+                t.name
+            );
+            assert_eq!(
+                t.annotations.as_ref().and_then(|a| a.read_only_hint),
+                Some(tool.read_only())
             );
         }
     }

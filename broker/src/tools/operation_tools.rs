@@ -3,35 +3,22 @@
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use tokio_util::sync::CancellationToken;
 
 use super::args::{self, OperationCancelArgs, OperationGetArgs, OperationOutputArgs};
-use super::envelope::{ToolError, ToolResult};
 use super::views::{ViewOptions, read_fields};
+use super::{Call, object};
 use crate::context::ServerContext;
-use crate::operations::SessionId;
+use crate::error::{ToolError, ToolResult};
 
 /// How long operation_cancel waits for the escalation to reap the child before
 /// answering (SIGINT, SIGTERM and SIGKILL steps together take at most ~4.5 s).
 const CANCEL_SETTLE: Duration = Duration::from_secs(6);
 
-fn object(v: Value) -> Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => Map::new(),
-    }
-}
-
-pub async fn operation_get(
-    ctx: &ServerContext,
-    session: SessionId,
-    raw: Option<Map<String, Value>>,
-    request: &CancellationToken,
-) -> ToolResult {
-    let a: OperationGetArgs = args::parse(raw)?;
-    let wait = args::wait(a.wait_ms, 0)?;
-    let op = ctx.ops.get(&a.operation_id, session)?;
-    let status = op.wait_for_end(wait, request).await;
+pub(crate) async fn operation_get(ctx: &ServerContext, call: Call<'_>) -> ToolResult {
+    let a: OperationGetArgs = args::parse(call.arguments.clone())?;
+    let wait = args::OPERATION_WAIT.duration(a.wait_ms)?;
+    let op = ctx.ops.get(&a.operation_id, call.session)?;
+    let status = op.wait_for_end(wait, call.request).await;
     let mut data = object(op.describe());
     data.insert(
         "wait_result".into(),
@@ -45,23 +32,19 @@ pub async fn operation_get(
     Ok(Value::Object(data))
 }
 
-pub async fn operation_output(
-    ctx: &ServerContext,
-    session: SessionId,
-    raw: Option<Map<String, Value>>,
-) -> ToolResult {
-    let a: OperationOutputArgs = args::parse(raw)?;
+pub(crate) async fn operation_output(ctx: &ServerContext, call: Call<'_>) -> ToolResult {
+    let a: OperationOutputArgs = args::parse(call.arguments.clone())?;
     let max_bytes = args::max_bytes(a.max_bytes)?;
     if a.tail_lines.is_some() && a.since_seq.is_some() {
         return Err(ToolError::invalid(
             "since_seq and tail_lines are mutually exclusive",
         ));
     }
-    let op = ctx.ops.get(&a.operation_id, session)?;
+    let op = ctx.ops.get(&a.operation_id, call.session)?;
     let status = op.status();
     let read = match a.tail_lines {
         Some(lines) => {
-            let lines = args::bounded("tail_lines", Some(lines), 1, args::TAIL_LINES_MAX, 1)?;
+            let lines = args::TAIL_LINES.check(Some(lines))?;
             op.output().tail(lines as usize, max_bytes)
         }
         None => op.output().read_since(a.since_seq.unwrap_or(0), max_bytes),
@@ -97,16 +80,11 @@ pub async fn operation_output(
     Ok(Value::Object(data))
 }
 
-pub async fn operation_cancel(
-    ctx: &ServerContext,
-    session: SessionId,
-    raw: Option<Map<String, Value>>,
-    request: &CancellationToken,
-) -> ToolResult {
-    let a: OperationCancelArgs = args::parse(raw)?;
-    let op = ctx.ops.get(&a.operation_id, session)?;
+pub(crate) async fn operation_cancel(ctx: &ServerContext, call: Call<'_>) -> ToolResult {
+    let a: OperationCancelArgs = args::parse(call.arguments.clone())?;
+    let op = ctx.ops.get(&a.operation_id, call.session)?;
     let requested = op.request_cancel();
-    op.wait_for_end(CANCEL_SETTLE, request).await;
+    op.wait_for_end(CANCEL_SETTLE, call.request).await;
     let mut data = object(op.describe());
     data.insert("cancel_accepted".into(), Value::from(requested));
     data.insert(

@@ -4,27 +4,23 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
-use tokio_util::sync::CancellationToken;
+use serde_json::Value;
 
 use super::args::{self, QualifyArgs};
-use super::envelope::{ErrorKind, ToolError, ToolResult};
-use super::launch::{self, Plan, Step};
+use super::report::report;
 use super::views::ViewOptions;
+use super::{Call, object};
 use crate::context::ServerContext;
-use crate::operations::{OpKind, SessionId};
+use crate::error::{ErrorKind, ToolError, ToolResult};
+use crate::launch::{Plan, Step};
+use crate::operations::OpKind;
 
-pub const MAKE: &str = "/usr/bin/make";
+pub(crate) const MAKE: &str = "/usr/bin/make";
 
-pub async fn qualify(
-    ctx: &Arc<ServerContext>,
-    session: SessionId,
-    raw: Option<Map<String, Value>>,
-    request: &CancellationToken,
-) -> ToolResult {
-    let a: QualifyArgs = args::parse(raw)?;
-    let timeout = args::timeout(a.timeout_ms, args::QUALIFY_TIMEOUT_DEFAULT_MS)?;
-    let wait = args::wait(a.wait_ms, 0)?;
+pub(crate) async fn qualify(ctx: &Arc<ServerContext>, call: Call<'_>) -> ToolResult {
+    let a: QualifyArgs = args::parse(call.arguments.clone())?;
+    let timeout = args::QUALIFY_TIMEOUT.duration(a.timeout_ms)?;
+    let wait = args::QUALIFY_WAIT.duration(a.wait_ms)?;
     if !ctx.allow_full_sbx_control {
         return Err(ToolError::new(
             ErrorKind::Disabled,
@@ -32,34 +28,33 @@ pub async fn qualify(
         ));
     }
     let target = a.gate.make_target();
-    let permit = ctx.cap.try_admit()?;
+    let ticket = ctx.admit_host()?;
     let plan = Plan {
         kind: OpKind::Qualify,
-        scope: "host".into(),
-        home: ctx.workspace.clone(),
         timeout,
         steps: vec![Step::Host {
             program: PathBuf::from(MAKE),
             args: vec![target.to_owned()],
         }],
     };
-    let op = launch::start(ctx, session, plan, (Some(permit), Box::new(())), None)?;
-    let mut data = launch::report(
-        &op,
-        wait,
-        request,
-        args::MAX_BYTES_DEFAULT as usize,
-        ViewOptions {
-            include_base64: false,
-        },
-    )
-    .await;
-    if let Some(map) = data.as_object_mut() {
-        map.insert(
-            "gate".into(),
-            serde_json::to_value(a.gate).unwrap_or(Value::Null),
-        );
-        map.insert("make_target".into(), Value::from(target));
-    }
-    Ok(data)
+    let op = ticket.launch(ctx, call.session, plan, None)?;
+    let opts = ViewOptions {
+        include_base64: false,
+    };
+    let mut data = object(
+        report(
+            &op,
+            wait,
+            call.request,
+            args::MAX_BYTES.default as usize,
+            opts,
+        )
+        .await,
+    );
+    data.insert(
+        "gate".into(),
+        serde_json::to_value(a.gate).unwrap_or(Value::Null),
+    );
+    data.insert("make_target".into(), Value::from(target));
+    Ok(Value::Object(data))
 }

@@ -1,26 +1,25 @@
 //! Whole-scope lifecycle: scope_start, scope_list, scope_reset, scope_stop,
-//! scope_remove. Each persists its transitional state before any child starts and its
-//! outcome before the operation reports its end.
+//! scope_remove. Each is admitted on the one path (which persists its transitional
+//! state before any child starts) and persists its outcome before the operation
+//! reports its end.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use marsh_scope_registry::{Event, ScopeId, ScopeState};
-use serde_json::{Map, Value, json};
-use tokio::sync::OwnedSemaphorePermit;
-use tokio_util::sync::CancellationToken;
+use marsh_scope_registry::{Event, MAX_LIVE_SCOPES, MAX_RETAINED_SCOPES, ScopeId, ScopeState};
+use serde_json::{Value, json};
 
-use super::args::{self, WaitArgs};
-use super::envelope::{ErrorKind, ToolError, ToolResult};
-use super::launch::{self, Finish, Outcome, Plan, Step, Verdict};
-use super::scope_work::is_busy;
+use super::args::{self, NoArgs, WaitArgs};
+use super::report::report;
 use super::views::ViewOptions;
-use crate::admission::{Lifecycle, LifecycleGuard};
+use super::{Call, object};
+use crate::admission::{Admission, LifecycleStep, Ticket};
 use crate::context::ServerContext;
-use crate::marsh::Verb;
-use crate::operations::{OpKind, OpState, Operation, SessionId};
-use crate::scopes::{ScopeView, home_name};
-use marsh_scope_registry::{MAX_LIVE_SCOPES, MAX_RETAINED_SCOPES};
+use crate::error::{ErrorKind, ToolError, ToolResult};
+use crate::launch::{Finish, Outcome, Plan, Step, Verdict, default_verdict, stderr_tail};
+use crate::marsh::{EXIT_BUSY, Verb};
+use crate::operations::{OpKind, OpState, Operation};
+use crate::scopes::{ScopeView, home_name, identity_error};
 
 /// The bound of every exact whole-scope lifecycle step.
 const SCOPE_LIFECYCLE_TIMEOUT: Duration = Duration::from_secs(600);
@@ -46,20 +45,17 @@ fn lifecycle_finish(id: ScopeId, kind: OpKind) -> Finish {
             } else if let Some(error) = &outcome.error {
                 (Event::Failed, Some(error.clone()))
             } else if matches!(outcome.failed, Some(Step::Marsh(Verb::Reset | Verb::Stop)))
-                && is_busy(outcome.exit_code())
+                && outcome.exit_code() == Some(EXIT_BUSY)
             {
                 (
                     Event::RefusedBusy,
-                    Some(ToolError::new(
-                        ErrorKind::ScopeBusy,
-                        launch::stderr_tail(op),
-                    )),
+                    Some(ToolError::new(ErrorKind::ScopeBusy, stderr_tail(op))),
                 )
             } else {
-                let base = launch::default_verdict(op, outcome);
-                let error = base.error.unwrap_or_else(|| {
-                    ToolError::new(ErrorKind::BackendFailed, launch::stderr_tail(op))
-                });
+                let base = default_verdict(op, outcome);
+                let error = base
+                    .error
+                    .unwrap_or_else(|| ToolError::new(ErrorKind::BackendFailed, stderr_tail(op)));
                 (Event::Failed, Some(error))
             };
             let diagnostic = error.as_ref().map(|e| e.message.clone());
@@ -80,100 +76,67 @@ fn lifecycle_finish(id: ScopeId, kind: OpKind) -> Finish {
     )
 }
 
-/// One whole-scope lifecycle operation to start: its steps and what it holds.
-struct LifecycleCall<'a> {
-    view: &'a ScopeView,
+/// Launches an admitted whole-scope operation and reports it, with the scope as it
+/// is afterwards.
+async fn launch_lifecycle(
+    ctx: &Arc<ServerContext>,
+    call: Call<'_>,
+    ticket: Ticket,
+    id: ScopeId,
     kind: OpKind,
     steps: Vec<Step>,
-    held: launch::Held,
-}
-
-async fn start_lifecycle(
-    ctx: &Arc<ServerContext>,
-    session: SessionId,
-    call: LifecycleCall<'_>,
     wait: Duration,
-    request: &CancellationToken,
 ) -> ToolResult {
-    let LifecycleCall {
-        view,
-        kind,
-        steps,
-        held,
-    } = call;
     let plan = Plan {
         kind,
-        scope: view.id.to_string(),
-        home: view.home.clone(),
         timeout: SCOPE_LIFECYCLE_TIMEOUT,
         steps,
     };
-    let op = launch::start(
-        ctx,
-        session,
-        plan,
-        held,
-        Some(lifecycle_finish(view.id, kind)),
-    )?;
-    let mut data = launch::report(
-        &op,
-        wait,
-        request,
-        args::MAX_BYTES_DEFAULT as usize,
-        ViewOptions {
-            include_base64: false,
-        },
-    )
-    .await;
-    if let (Some(map), Ok(now)) = (data.as_object_mut(), ctx.scopes.view(view.id)) {
-        map.insert("scope".into(), now.describe());
+    let op = ticket.launch(ctx, call.session, plan, Some(lifecycle_finish(id, kind)))?;
+    let opts = ViewOptions {
+        include_base64: false,
+    };
+    let mut data = object(
+        report(
+            &op,
+            wait,
+            call.request,
+            args::MAX_BYTES.default as usize,
+            opts,
+        )
+        .await,
+    );
+    if let Ok(now) = ctx.scopes.view(id) {
+        data.insert("scope".into(), now.describe());
     }
-    Ok(data)
+    Ok(Value::Object(data))
 }
 
-pub async fn scope_start(
-    ctx: &Arc<ServerContext>,
-    session: SessionId,
-    raw: Option<Map<String, Value>>,
-    request: &CancellationToken,
-) -> ToolResult {
-    let _: args::NoArgs = args::parse(raw)?;
+pub(crate) async fn scope_start(ctx: &Arc<ServerContext>, call: Call<'_>) -> ToolResult {
+    let _: NoArgs = args::parse(call.arguments.clone())?;
     if !ctx.scopes.is_managed() {
         return Err(ToolError::new(
             ErrorKind::Disabled,
             "scope_start needs managed mode (--scope-root); this server runs a single legacy scope",
         ));
     }
-    let permit = ctx.cap.try_admit()?;
-    ctx.driver.revalidate()?;
-    let view = ctx.scopes.create()?;
-    let guard = ctx
-        .scopes
-        .gate(view.id)
-        .try_lifecycle(Lifecycle::Exclusive("scope_start"))?;
-    let wait = Duration::from_millis(args::WAIT_DEFAULT_MS);
+    let ticket = ctx.admit_new_scope()?;
+    let Some(id) = ticket.view.as_ref().map(|v| v.id) else {
+        return Err(ToolError::new(
+            ErrorKind::Internal,
+            "a new scope was admitted without its view",
+        ));
+    };
+    let wait = Duration::from_millis(args::WAIT.default);
     let steps = vec![Step::Marsh(Verb::boot())];
-    let mut data = start_lifecycle(
-        ctx,
-        session,
-        LifecycleCall {
-            view: &view,
-            kind: OpKind::ScopeStart,
-            steps,
-            held: (Some(permit), Box::new(guard)),
-        },
-        wait,
-        request,
-    )
-    .await?;
-    if let Some(map) = data.as_object_mut() {
-        map.insert("scope_id".into(), Value::from(view.id.to_string()));
-    }
-    Ok(data)
+    let mut data =
+        object(launch_lifecycle(ctx, call, ticket, id, OpKind::ScopeStart, steps, wait).await?);
+    data.insert("scope_id".into(), Value::from(id.to_string()));
+    Ok(Value::Object(data))
 }
 
-pub fn scope_list(ctx: &ServerContext, raw: Option<Map<String, Value>>) -> ToolResult {
-    let _: args::NoArgs = args::parse(raw)?;
+pub(crate) fn scope_list(ctx: &ServerContext, call: Call<'_>) -> ToolResult {
+    let _: NoArgs = args::parse(call.arguments.clone())?;
     let scopes: Vec<Value> = ctx.scopes.list().iter().map(ScopeView::describe).collect();
     let (live, retained, _) = ctx.scopes.counts();
     Ok(json!({
@@ -185,134 +148,71 @@ pub fn scope_list(ctx: &ServerContext, raw: Option<Map<String, Value>>) -> ToolR
     }))
 }
 
-/// A scope's lifecycle slot, held, with the scope as re-read under it. The gate is
-/// taken first (a scope held by another lifecycle operation is busy), and no other
-/// lifecycle step can change the state while the guard lives.
-fn exclusive(
-    ctx: &ServerContext,
-    view: &ScopeView,
-    name: &'static str,
-) -> Result<(LifecycleGuard, ScopeView), ToolError> {
-    let guard = ctx
-        .scopes
-        .gate(view.id)
-        .try_lifecycle(Lifecycle::Exclusive(name))?;
-    let view = ctx.scopes.view(view.id)?;
-    Ok((guard, view))
-}
-
-/// Checks `event` is allowed and the home verifies, takes an operation slot when the
-/// plan runs children, and persists the transitional state: in that order, so a
-/// refusal changes nothing.
-fn begin(
-    ctx: &ServerContext,
-    view: &ScopeView,
-    event: Event,
-    name: &str,
-    runs_children: bool,
-) -> Result<Option<OwnedSemaphorePermit>, ToolError> {
-    ctx.scopes.check(view, event)?;
-    ctx.scopes.verified_home(view)?;
-    let permit = if runs_children {
-        let permit = ctx.cap.try_admit()?;
-        ctx.driver.revalidate()?;
-        Some(permit)
-    } else {
-        None
-    };
-    ctx.scopes.apply(view.id, event, name, None)?;
-    Ok(permit)
-}
-
-pub async fn scope_reset(
+pub(crate) async fn scope_reset(
     ctx: &Arc<ServerContext>,
-    session: SessionId,
+    call: Call<'_>,
     view: &ScopeView,
-    raw: Option<Map<String, Value>>,
-    request: &CancellationToken,
 ) -> ToolResult {
-    let a: WaitArgs = args::parse(raw)?;
-    let wait = args::wait(a.wait_ms, args::WAIT_DEFAULT_MS)?;
-    let (guard, view) = exclusive(ctx, view, "scope_reset")?;
-    let permit = begin(ctx, &view, Event::BeginReset, "scope_reset", true)?;
+    let a: WaitArgs = args::parse(call.arguments.clone())?;
+    let wait = args::WAIT.duration(a.wait_ms)?;
+    let ticket = ctx.admit(view.id, Admission::Lifecycle(LifecycleStep::Reset))?;
     // Boot so the exact control daemon exists, reset it, then validate the boot.
     let steps = vec![
         Step::Marsh(Verb::boot()),
         Step::Marsh(Verb::Reset),
         Step::Marsh(Verb::boot()),
     ];
-    let call = LifecycleCall {
-        view: &view,
-        kind: OpKind::ScopeReset,
-        steps,
-        held: (permit, Box::new(guard)),
-    };
-    start_lifecycle(ctx, session, call, wait, request).await
+    launch_lifecycle(ctx, call, ticket, view.id, OpKind::ScopeReset, steps, wait).await
 }
 
-pub async fn scope_stop(
+pub(crate) async fn scope_stop(
     ctx: &Arc<ServerContext>,
-    session: SessionId,
+    call: Call<'_>,
     view: &ScopeView,
-    raw: Option<Map<String, Value>>,
-    request: &CancellationToken,
 ) -> ToolResult {
-    let a: WaitArgs = args::parse(raw)?;
-    let wait = args::wait(a.wait_ms, args::WAIT_DEFAULT_MS)?;
-    let (guard, view) = exclusive(ctx, view, "scope_stop")?;
-    if view.state() == ScopeState::Stopped && !view.identity_invalid() {
+    let a: WaitArgs = args::parse(call.arguments.clone())?;
+    let wait = args::WAIT.duration(a.wait_ms)?;
+    // A stopped scope's persisted state is only ever left under its gate, by an
+    // admission that first persists a transitional state; so a fresh view that says
+    // stopped is the truth, and stopping it again would only boot it.
+    let now = ctx.scopes.view(view.id)?;
+    if now.state() == ScopeState::Stopped && !now.identity_invalid() {
         return Ok(
-            json!({"scope": view.describe(), "note": "the scope is already stopped; nothing was run"}),
+            json!({"scope": now.describe(), "note": "the scope is already stopped; nothing was run"}),
         );
     }
-    let permit = begin(ctx, &view, Event::BeginStop, "scope_stop", true)?;
+    let ticket = ctx.admit(view.id, Admission::Lifecycle(LifecycleStep::Stop))?;
     // Boot/validate the exact runtime first so the stop addresses a proven daemon.
     let steps = vec![Step::Marsh(Verb::boot()), Step::Marsh(Verb::Stop)];
-    let call = LifecycleCall {
-        view: &view,
-        kind: OpKind::ScopeStop,
-        steps,
-        held: (permit, Box::new(guard)),
-    };
-    start_lifecycle(ctx, session, call, wait, request).await
+    launch_lifecycle(ctx, call, ticket, view.id, OpKind::ScopeStop, steps, wait).await
 }
 
-pub async fn scope_remove(
+pub(crate) async fn scope_remove(
     ctx: &Arc<ServerContext>,
-    session: SessionId,
+    call: Call<'_>,
     view: &ScopeView,
-    raw: Option<Map<String, Value>>,
-    request: &CancellationToken,
 ) -> ToolResult {
-    let a: WaitArgs = args::parse(raw)?;
-    let wait = args::wait(a.wait_ms, args::WAIT_DEFAULT_MS)?;
+    let a: WaitArgs = args::parse(call.arguments.clone())?;
+    let wait = args::WAIT.duration(a.wait_ms)?;
     if view.id == ScopeId::Default {
         return Err(ToolError::invalid(
             "the default scope cannot be removed (scope_stop stops it)",
         ));
     }
-    let (guard, view) = exclusive(ctx, view, "scope_remove")?;
-    let Some(record) = view.record.clone() else {
-        return Err(crate::scopes::identity_error(view.id));
-    };
     let (Some(parent), Some(name)) = (ctx.scopes.root_path(), home_name(&view.home)) else {
         return Err(ToolError::new(
             ErrorKind::Internal,
             "generated scope without a root",
         ));
     };
-    // Removal holds no child process, so it takes no operation slot.
-    let permit = begin(ctx, &view, Event::BeginRemove, "scope_remove", false)?;
+    let ticket = ctx.admit(view.id, Admission::Lifecycle(LifecycleStep::Remove))?;
+    let Some(record) = ticket.view.as_ref().and_then(|v| v.record.clone()) else {
+        return Err(identity_error(view.id));
+    };
     let steps = vec![Step::RemoveHome {
         parent,
         name,
         identity: record.home,
     }];
-    let call = LifecycleCall {
-        view: &view,
-        kind: OpKind::ScopeRemove,
-        steps,
-        held: (permit, Box::new(guard)),
-    };
-    start_lifecycle(ctx, session, call, wait, request).await
+    launch_lifecycle(ctx, call, ticket, view.id, OpKind::ScopeRemove, steps, wait).await
 }

@@ -4,22 +4,24 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use marsh_scope_registry::{Event, ScopeState};
+use marsh_scope_registry::{Event, ScopeId, ScopeState};
 use serde_json::{Map, Value, json};
-use tokio_util::sync::CancellationToken;
 
 use super::args::{self, ResultGetArgs, ResultsListArgs, SelectionArgs, ShellRunArgs};
-use super::envelope::{ErrorKind, ToolError, ToolResult};
-use super::launch::{self, Plan, Step};
+use super::report::report;
 use super::views::ViewOptions;
-use crate::admission::Lifecycle;
+use super::{Call, object};
+use crate::admission::{Admission, WorkerStep};
 use crate::context::ServerContext;
-use crate::marsh::{EXIT_BUSY, Verb};
-use crate::operations::{OpKind, SessionId};
+use crate::error::{ErrorKind, ToolError, ToolResult};
+use crate::launch::{Finish, Outcome, Plan, Step, Verdict};
+use crate::marsh::Verb;
+use crate::operations::{OpKind, OpState, Operation};
 use crate::scopes::ScopeView;
 
-/// Timeout of prewarm and worker resets (they boot workers, which can be slow).
-pub const LIFECYCLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// Timeout of prewarm and worker resets (they boot workers, which can be slow), and of
+/// the exact stop that ends a stopped-scope read.
+pub(crate) const LIFECYCLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Runtime fields passed through from `marsh status`; anything else (host paths in
 /// particular) stays on the host.
@@ -47,7 +49,7 @@ fn strip_receipt(mut receipt: Value) -> Value {
 
 /// Status of one scope. Only a ready scope's runtime is probed; a stopped one is
 /// `absent`, and failed or transitioning ones report their persisted state only.
-pub async fn status(ctx: &ServerContext, view: &ScopeView) -> ToolResult {
+pub(crate) async fn status(ctx: &ServerContext, view: &ScopeView) -> ToolResult {
     let state = view.state();
     let (runs, lifecycle) = ctx.scopes.gate(view.id).snapshot();
     let (runtime_state, runtime) = match state {
@@ -90,180 +92,254 @@ pub async fn status(ctx: &ServerContext, view: &ScopeView) -> ToolResult {
     Ok(Value::Object(data))
 }
 
-/// Runs a receipt read against `view`: directly when ready; for a stopped scope under
-/// exclusive access, always followed by an exact stop (600 s bound) whose failure
-/// marks the scope failed.
+/// A receipt read: what to ask marsh and how to shape its answer for the caller.
+#[derive(Debug, Clone)]
+enum ReceiptRead {
+    List { limit: usize },
+    Get { selector: String },
+}
+
+impl ReceiptRead {
+    fn verb(&self) -> Verb {
+        match self {
+            Self::List { .. } => Verb::Results,
+            Self::Get { selector } => Verb::ResultShow(selector.clone()),
+        }
+    }
+
+    fn kind(&self) -> OpKind {
+        match self {
+            Self::List { .. } => OpKind::ResultsList,
+            Self::Get { .. } => OpKind::ResultGet,
+        }
+    }
+
+    /// marsh's answer as the caller sees it: hidden fields stripped, lists bounded.
+    fn shape(&self, scope: ScopeId, answer: Value) -> Value {
+        match self {
+            Self::List { limit } => {
+                let all = answer
+                    .get("results")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let total = all.len();
+                let results: Vec<Value> = all.into_iter().take(*limit).map(strip_receipt).collect();
+                json!({
+                    "scope_id": scope.to_string(),
+                    "results": results,
+                    "returned": results.len(),
+                    "truncated": total > *limit,
+                })
+            }
+            Self::Get { .. } => {
+                json!({"scope_id": scope.to_string(), "result": strip_receipt(answer)})
+            }
+        }
+    }
+}
+
+/// Reads receipts of `view`: directly when it is ready (a bounded read, not an
+/// operation); a stopped scope's read is an operation on the admission path.
 async fn read_receipts(
-    ctx: &ServerContext,
-    view: &ScopeView,
-    verb: Verb,
-) -> Result<Value, ToolError> {
-    if view.state() != ScopeState::Stopped || view.identity_invalid() {
-        let home = ctx.scopes.ready_home(view)?;
-        let _permit = read_permit(ctx)?;
-        return ctx.driver.query_json(&verb, &home).await;
-    }
-    let home = ctx.scopes.verified_home(view)?;
-    let _guard = ctx
-        .scopes
-        .gate(view.id)
-        .try_lifecycle(Lifecycle::Exclusive("a stopped-scope receipt read"))?;
-    let _permit = read_permit(ctx)?;
-    ctx.scopes
-        .apply(view.id, Event::BeginStoppedRead, "stopped_read", None)?;
-    let read = ctx.driver.query_json(&verb, &home).await;
-    let stop = ctx
-        .driver
-        .query_within(&Verb::Stop, &home, LIFECYCLE_TIMEOUT)
-        .await;
-    match stop {
-        Ok(out) if out.code == Some(0) => {
-            ctx.scopes
-                .apply(view.id, Event::Succeeded, "stopped_read", None)?;
-        }
-        Ok(out) => {
-            let why = format!(
-                "exact stop after a stopped-scope read was not proven: {}",
-                out.stderr_line()
-            );
-            ctx.scopes
-                .apply(view.id, Event::Failed, "stopped_read", Some(&why))?;
-        }
-        Err(e) => {
-            let why = format!(
-                "exact stop after a stopped-scope read failed: {}",
-                e.message
-            );
-            ctx.scopes
-                .apply(view.id, Event::Failed, "stopped_read", Some(&why))?;
-        }
-    }
-    read
-}
-
-pub async fn results_list(
-    ctx: &ServerContext,
-    view: &ScopeView,
-    raw: Option<Map<String, Value>>,
-) -> ToolResult {
-    let a: ResultsListArgs = args::parse(raw)?;
-    let limit = args::bounded("limit", a.limit, 1, 100, 20)? as usize;
-    let listed = read_receipts(ctx, view, Verb::Results).await?;
-    let all = listed
-        .get("results")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let total = all.len();
-    let results: Vec<Value> = all.into_iter().take(limit).map(strip_receipt).collect();
-    Ok(json!({
-        "scope_id": view.id.to_string(),
-        "results": results,
-        "returned": results.len(),
-        "truncated": total > limit,
-    }))
-}
-
-pub async fn result_get(
-    ctx: &ServerContext,
-    view: &ScopeView,
-    raw: Option<Map<String, Value>>,
-) -> ToolResult {
-    let a: ResultGetArgs = args::parse(raw)?;
-    let selector = args::selector(&a.selector)?;
-    let receipt = read_receipts(ctx, view, Verb::ResultShow(selector.to_owned())).await?;
-    Ok(json!({"scope_id": view.id.to_string(), "result": strip_receipt(receipt)}))
-}
-
-pub async fn run(
     ctx: &Arc<ServerContext>,
-    session: SessionId,
+    call: Call<'_>,
     view: &ScopeView,
-    raw: Option<Map<String, Value>>,
-    request: &CancellationToken,
+    read: ReceiptRead,
+    wait: Duration,
 ) -> ToolResult {
-    let a: ShellRunArgs = args::parse(raw)?;
-    let command = args::command(&a.command)?;
-    let timeout = args::timeout(a.timeout_ms, args::TIMEOUT_DEFAULT_MS)?;
-    let wait = args::wait(a.wait_ms, args::WAIT_DEFAULT_MS)?;
-    let max_bytes = args::max_bytes(a.max_bytes)?;
-    // The gate first: a scope held by a lifecycle operation is busy (retryable), not
-    // merely "not ready".
-    let run = ctx.scopes.gate(view.id).try_run()?;
-    // Re-read under the guard: no lifecycle step can change the state while it is held.
-    let view = &ctx.scopes.view(view.id)?;
+    if view.state() == ScopeState::Stopped && !view.identity_invalid() {
+        return stopped_read(ctx, call, view.id, read, wait).await;
+    }
     let home = ctx.scopes.ready_home(view)?;
-    let permit = ctx.cap.try_admit()?;
+    let _permit = read_permit(ctx)?;
+    let answer = ctx.driver.query_json(&read.verb(), &home).await?;
+    Ok(read.shape(view.id, answer))
+}
+
+/// The stopped-scope read as an operation: exclusive access, a slot, the read, then
+/// always an exact stop (600 s bound) whose failure marks the scope failed. Inline
+/// when it ends within `wait`; otherwise the operation id, and `operation_get` later
+/// carries the shaped answer as `result`.
+async fn stopped_read(
+    ctx: &Arc<ServerContext>,
+    call: Call<'_>,
+    id: ScopeId,
+    read: ReceiptRead,
+    wait: Duration,
+) -> ToolResult {
+    let ticket = ctx.admit(id, Admission::StoppedRead)?;
+    let plan = Plan {
+        kind: read.kind(),
+        timeout: LIFECYCLE_TIMEOUT,
+        steps: vec![Step::Read(read.verb()), Step::Marsh(Verb::Stop)],
+    };
+    let op = ticket.launch(ctx, call.session, plan, Some(stopped_read_finish(id, read)))?;
+    let status = op.wait_for_end(wait, call.request).await;
+    if call.request.is_cancelled() {
+        op.request_cancel();
+    }
+    match (status.state.is_terminal(), op.result()) {
+        // The receipts were read; the operation summary says whether the exact stop
+        // that followed was proven (else the scope is now failed).
+        (true, Some(Value::Object(mut data))) => {
+            let mut summary = object(op.describe());
+            summary.remove("result");
+            data.insert("operation".into(), Value::Object(summary));
+            if let Ok(now) = ctx.scopes.view(id) {
+                data.insert("scope".into(), now.describe());
+            }
+            Ok(Value::Object(data))
+        }
+        (true, _) => Err(status.error.unwrap_or_else(|| {
+            ToolError::new(
+                ErrorKind::BackendFailed,
+                "the stopped-scope read ended without an answer",
+            )
+        })),
+        (false, _) => {
+            let mut data = object(op.describe());
+            data.insert(
+                "hint".into(),
+                Value::from("reading a stopped scope: poll operation_get (wait_ms); its `result` carries the receipts"),
+            );
+            Ok(Value::Object(data))
+        }
+    }
+}
+
+/// Persists the scope's end (stopped again when the exact stop was proven, failed
+/// otherwise) and records the shaped answer. The operation succeeds only when both the
+/// read and the stop did; a failed read with a proven stop leaves the scope stopped.
+fn stopped_read_finish(id: ScopeId, read: ReceiptRead) -> Finish {
+    Box::new(
+        move |ctx: &ServerContext, op: &Operation, outcome: &Outcome| {
+            let stopped = outcome.succeeded() && !op.cancel_token().is_cancelled();
+            let persisted = if stopped {
+                ctx.scopes.apply(id, Event::Succeeded, "stopped_read", None)
+            } else {
+                let why = format!(
+                    "exact stop after a stopped-scope read was not proven: {}",
+                    outcome
+                        .error
+                        .as_ref()
+                        .map_or_else(|| crate::launch::stderr_tail(op), |e| e.message.clone())
+                );
+                ctx.scopes
+                    .apply(id, Event::Failed, "stopped_read", Some(&why))
+                    .and(Err(ToolError::new(ErrorKind::BackendFailed, why)))
+            };
+            let answer = match &outcome.read {
+                Some(Ok(answer)) => Ok(read.shape(id, answer.clone())),
+                Some(Err(e)) => Err(e.clone()),
+                None => Err(ToolError::new(
+                    ErrorKind::BackendFailed,
+                    "the stopped-scope read did not run",
+                )),
+            };
+            // The answer is kept whatever the stop proved: the receipts were read.
+            // The verdict is the stop's (then the read's): failed unless both hold.
+            let read_error = match answer {
+                Ok(shaped) => {
+                    op.set_result(shaped);
+                    None
+                }
+                Err(error) => Some(error),
+            };
+            match persisted.err().or(read_error) {
+                None => Verdict {
+                    state: OpState::Succeeded,
+                    error: None,
+                },
+                Some(error) => Verdict {
+                    state: OpState::Failed,
+                    error: Some(error),
+                },
+            }
+        },
+    )
+}
+
+pub(crate) async fn results_list(
+    ctx: &Arc<ServerContext>,
+    call: Call<'_>,
+    view: &ScopeView,
+) -> ToolResult {
+    let a: ResultsListArgs = args::parse(call.arguments.clone())?;
+    let limit = args::RESULTS_LIMIT.check(a.limit)? as usize;
+    let wait = args::WAIT.duration(a.wait_ms)?;
+    read_receipts(ctx, call, view, ReceiptRead::List { limit }, wait).await
+}
+
+pub(crate) async fn result_get(
+    ctx: &Arc<ServerContext>,
+    call: Call<'_>,
+    view: &ScopeView,
+) -> ToolResult {
+    let a: ResultGetArgs = args::parse(call.arguments.clone())?;
+    let selector = args::selector(&a.selector)?.to_owned();
+    let wait = args::WAIT.duration(a.wait_ms)?;
+    read_receipts(ctx, call, view, ReceiptRead::Get { selector }, wait).await
+}
+
+pub(crate) async fn run(ctx: &Arc<ServerContext>, call: Call<'_>, view: &ScopeView) -> ToolResult {
+    let a: ShellRunArgs = args::parse(call.arguments.clone())?;
+    let command = args::command(&a.command)?;
+    let timeout = args::TIMEOUT.duration(a.timeout_ms)?;
+    let wait = args::WAIT.duration(a.wait_ms)?;
+    let max_bytes = args::max_bytes(a.max_bytes)?;
+    let ticket = ctx.admit(view.id, Admission::Run)?;
     let plan = Plan {
         kind: OpKind::ShellRun,
-        scope: view.id.to_string(),
-        home,
         timeout,
         steps: vec![Step::Marsh(Verb::Run(command.to_owned()))],
     };
-    // Pins are checked before the record exists: a changed binary is a refusal.
-    ctx.driver.revalidate()?;
-    let op = launch::start(ctx, session, plan, (Some(permit), Box::new(run)), None)?;
+    let op = ticket.launch(ctx, call.session, plan, None)?;
     let opts = ViewOptions {
         include_base64: a.include_base64.unwrap_or(false),
     };
-    Ok(launch::report(&op, wait, request, max_bytes, opts).await)
+    Ok(report(&op, wait, call.request, max_bytes, opts).await)
 }
 
-pub async fn workers(
+pub(crate) async fn workers(
     ctx: &Arc<ServerContext>,
-    session: SessionId,
+    call: Call<'_>,
     view: &ScopeView,
-    raw: Option<Map<String, Value>>,
-    request: &CancellationToken,
-    kind: OpKind,
+    step: WorkerStep,
 ) -> ToolResult {
-    let a: SelectionArgs = args::parse(raw)?;
+    let a: SelectionArgs = args::parse(call.arguments.clone())?;
     let selection = args::selection(a.selection.as_deref())?;
-    let wait = args::wait(a.wait_ms, args::WAIT_DEFAULT_MS)?;
-    let (lifecycle, verb) = match kind {
-        OpKind::Prewarm => (
-            Lifecycle::Prewarm,
+    let wait = args::WAIT.duration(a.wait_ms)?;
+    let (kind, verb) = match step {
+        WorkerStep::Prewarm => (
+            OpKind::Prewarm,
             Verb::LoadRun {
                 selection: selection.clone(),
                 command: "true".into(),
             },
         ),
-        OpKind::WorkersReset => (
-            Lifecycle::WorkersReset,
-            Verb::WorkersReset(selection.clone()),
-        ),
-        _ => {
-            return Err(ToolError::new(
-                ErrorKind::Internal,
-                "not a worker operation",
-            ));
-        }
+        WorkerStep::WorkersReset => (OpKind::WorkersReset, Verb::WorkersReset(selection.clone())),
     };
-    let guard = ctx.scopes.gate(view.id).try_lifecycle(lifecycle)?;
-    let view = &ctx.scopes.view(view.id)?;
-    let home = ctx.scopes.ready_home(view)?;
-    let permit = ctx.cap.try_admit()?;
-    ctx.driver.revalidate()?;
+    let ticket = ctx.admit(view.id, Admission::Workers(step))?;
     let plan = Plan {
         kind,
-        scope: view.id.to_string(),
-        home,
         timeout: LIFECYCLE_TIMEOUT,
         steps: vec![Step::Marsh(verb)],
     };
-    let op = launch::start(ctx, session, plan, (Some(permit), Box::new(guard)), None)?;
+    let op = ticket.launch(ctx, call.session, plan, None)?;
     let opts = ViewOptions {
         include_base64: false,
     };
-    let mut data = launch::report(&op, wait, request, args::MAX_BYTES_DEFAULT as usize, opts).await;
-    if let Some(map) = data.as_object_mut() {
-        map.insert("selection".into(), Value::from(selection));
-    }
-    Ok(data)
-}
-
-/// Whether an exit status is marsh's busy refusal.
-pub fn is_busy(code: Option<i32>) -> bool {
-    code == Some(EXIT_BUSY)
+    let mut data = object(
+        report(
+            &op,
+            wait,
+            call.request,
+            args::MAX_BYTES.default as usize,
+            opts,
+        )
+        .await,
+    );
+    data.insert("selection".into(), Value::from(selection));
+    Ok(Value::Object(data))
 }

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use rmcp::model::JsonObject;
 use serde_json::{Map, Value, json};
 
-use super::envelope::ToolError;
+use crate::error::ToolError;
 use crate::scopes::{ScopeSet, ScopeView};
 
 /// Removes `scope_id` from `arguments` and resolves it.
-pub fn take_scope(
+pub(crate) fn take_scope(
     scopes: &ScopeSet,
     arguments: &mut Option<Map<String, Value>>,
 ) -> Result<ScopeView, ToolError> {
@@ -26,7 +26,7 @@ pub fn take_scope(
 }
 
 /// `schema` with a required `scope_id` property added.
-pub fn with_scope_id(schema: Arc<JsonObject>) -> Arc<JsonObject> {
+pub(crate) fn with_scope_id(schema: Arc<JsonObject>) -> Arc<JsonObject> {
     let mut schema = (*schema).clone();
     let properties = schema.entry("properties").or_insert_with(|| json!({}));
     if let Some(props) = properties.as_object_mut() {

@@ -150,13 +150,25 @@ fn is_daemon_of(pid: u32, home: &Path) -> bool {
     text.contains("serve") && text.contains(&*home.to_string_lossy())
 }
 
+/// Fails the test when procfs is missing: without it no process could ever be seen
+/// alive, and every "it is gone" check would pass blind.
+fn require_procfs() {
+    assert!(
+        Path::new("/proc/self/stat").exists(),
+        "these tests need /proc (procfs) to observe processes"
+    );
+}
+
 pub fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
             let state = stat.rsplit(')').next().unwrap_or("").trim_start();
             !state.starts_with('Z') && !state.starts_with('X')
         }
-        Err(_) => false,
+        Err(_) => {
+            require_procfs();
+            false
+        }
     }
 }
 
@@ -170,9 +182,8 @@ pub fn wait_gone(pid: u32) {
 
 /// True while any process's command line contains `needle` (used to prove a job died).
 pub fn process_with_cmdline(needle: &str) -> bool {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return false;
-    };
+    require_procfs();
+    let entries = std::fs::read_dir("/proc").expect("reading /proc");
     entries.flatten().any(|e| {
         let pid: Option<u32> = e.file_name().to_str().and_then(|s| s.parse().ok());
         pid.is_some_and(|pid| {

@@ -1,6 +1,5 @@
 //! `marsh-mcp install sbx` against the stand-in sbx, `start`/`stop`, and several
 //! "sandboxes" attached to one broker through the one registration.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

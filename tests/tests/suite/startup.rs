@@ -1,6 +1,5 @@
 //! Every startup refusal exits 1 with `marsh-mcp: <reason>` on stderr before any MCP
 //! byte is answered.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

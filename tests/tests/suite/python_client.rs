@@ -1,6 +1,5 @@
 //! The real PyPI `mcp` client (installed by `make py-client` into target/py-venv)
 //! connects, lists the tools and calls shell_run end to end.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
 

@@ -1,6 +1,5 @@
 //! Managed development scopes: lifecycle, limits, restart reconciliation, identity
 //! failures and safe removal, through the real stand-in runtime.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -123,7 +122,10 @@ fn reading_receipts_of_a_stopped_scope_always_stops_it_again() {
     // When the exact stop after the read cannot be proven, the scope becomes failed.
     fs::create_dir_all(home(&sb, &a).join(".shim/fail")).unwrap();
     fs::write(home(&sb, &a).join(".shim/fail/stop"), "1").unwrap();
-    s.ok("scope_results_list", json!({"scope_id": a}));
+    // The receipts still come back; the operation reports the unproven stop.
+    let read = s.ok("scope_results_list", json!({"scope_id": a}));
+    assert!(read.to_string().contains("echo kept"), "{read}");
+    assert_eq!(read["operation"]["state"], "failed", "{read}");
     let status = scope_state(&mut s, &a);
     assert_eq!(status["state"], "failed", "{status}");
     assert_eq!(status["runtime_state"], "unknown");
@@ -132,6 +134,42 @@ fn reading_receipts_of_a_stopped_scope_always_stops_it_again() {
             .as_str()
             .unwrap()
             .contains("exact stop")
+    );
+}
+
+#[test]
+fn a_stopped_scope_read_with_wait_ms_0_is_an_operation_of_this_session() {
+    let sb = Sandbox::new();
+    let mut s = managed(&sb);
+    let a = start_scope(&mut s);
+    s.ok(
+        "scope_run",
+        json!({"scope_id": a, "command": "echo receipt-one"}),
+    );
+    s.ok("scope_stop", json!({"scope_id": a}));
+    let started = s.ok(
+        "scope_results_list",
+        json!({"scope_id": a, "wait_ms": 0, "limit": 5}),
+    );
+    assert_eq!(started["state"], "running", "{started}");
+    assert_eq!(started["kind"], "results_list");
+    let id = started["operation_id"].as_str().unwrap().to_string();
+    // It holds the scope exclusively while it runs: a lifecycle call is busy (or,
+    // had the read already ended, scope_stop finds the scope stopped and runs nothing).
+    let busy = s.call("scope_stop", json!({"scope_id": a}));
+    let ended = wait_op(&mut s, &id);
+    assert_eq!(ended["state"], "succeeded", "{ended}");
+    assert!(
+        ended["result"]["results"]
+            .to_string()
+            .contains("echo receipt-one"),
+        "{ended}"
+    );
+    assert!(!ended.to_string().contains(&sb.root().display().to_string()));
+    assert_eq!(scope_state(&mut s, &a)["state"], "stopped");
+    assert!(
+        busy["error"]["kind"] == "scope_busy" || busy["data"]["note"].is_string(),
+        "{busy}"
     );
 }
 

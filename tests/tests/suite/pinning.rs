@@ -1,6 +1,5 @@
 //! Pinned executables are revalidated before every child: a replaced, rewritten or
 //! chmod-ed binary makes the next call fail closed with `executable_changed`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs::{self, File};
 use std::os::unix::fs::PermissionsExt;

@@ -1,5 +1,4 @@
 //! prewarm, workers_reset, doctor and qualify against the stand-in.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
 

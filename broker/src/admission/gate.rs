@@ -1,52 +1,11 @@
-//! Admission control: the global cap on child-holding operations and the per-scope
-//! gate that serializes lifecycle work.
+//! The per-scope gate: runs share a scope, lifecycle work serializes, and exclusive
+//! lifecycle work also waits for the runs to end. Never waits: a held gate is a
+//! `scope_busy` answer.
 
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-
-use crate::tools::envelope::{ErrorKind, ToolError};
-
-/// At most this many operations hold a child process at once, across every scope and
-/// session.
-pub const GLOBAL_OPERATION_CAP: usize = 4;
-
-/// The global cap. A permit is owned by the operation and dropped only after its
-/// child has been reaped, so the count is of live children, not of requests.
-#[derive(Debug, Clone)]
-pub struct GlobalCap {
-    slots: Arc<Semaphore>,
-}
-
-impl Default for GlobalCap {
-    fn default() -> Self {
-        Self::new(GLOBAL_OPERATION_CAP)
-    }
-}
-
-impl GlobalCap {
-    pub fn new(slots: usize) -> Self {
-        Self {
-            slots: Arc::new(Semaphore::new(slots)),
-        }
-    }
-
-    /// Never waits: a full cap is an answer, not a queue.
-    pub fn try_admit(&self) -> Result<OwnedSemaphorePermit, ToolError> {
-        Arc::clone(&self.slots).try_acquire_owned().map_err(|_| {
-            ToolError::new(
-                ErrorKind::CapacityExhausted,
-                format!(
-                    "all {GLOBAL_OPERATION_CAP} operation slots are in use; wait for one to finish or cancel one"
-                ),
-            )
-        })
-    }
-
-    pub fn available(&self) -> usize {
-        self.slots.available_permits()
-    }
-}
+use crate::error::{ErrorKind, ToolError};
+use crate::sync::lock;
 
 /// What holds a scope's lifecycle slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,9 +48,8 @@ fn busy(message: String) -> ToolError {
 
 impl ScopeGate {
     fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
-        // A panic while holding this lock cannot leave the counters half-updated
-        // (every critical section is a single field write), so poisoning is ignored.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        // Every critical section is a single field write (see crate::sync).
+        lock(&self.state)
     }
 
     pub fn try_run(self: &Arc<Self>) -> Result<RunGuard, ToolError> {
@@ -162,18 +120,6 @@ impl Drop for LifecycleGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cap_refuses_the_fifth_at_once() {
-        let cap = GlobalCap::default();
-        let held: Vec<_> = (0..4).map(|_| cap.try_admit().unwrap()).collect();
-        assert_eq!(
-            cap.try_admit().unwrap_err().kind,
-            ErrorKind::CapacityExhausted
-        );
-        drop(held);
-        assert!(cap.try_admit().is_ok());
-    }
 
     #[test]
     fn lifecycle_excludes_runs_and_other_lifecycles() {

@@ -1,7 +1,6 @@
 //! `marsh-mcp install codex|claude` with the real clients (installed by `make
 //! npm-clients`), offline and without login, each with a private CODEX_HOME /
 //! CLAUDE_CONFIG_DIR / HOME.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
 use std::path::PathBuf;

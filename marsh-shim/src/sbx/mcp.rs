@@ -1,6 +1,6 @@
 //! `sbx mcp ...`: the MCP registration verbs of the stock sandbox CLI (`add`, `rm`,
 //! `ls`, `inspect`, `load`, `unload`) plus the test-only `gateway-exec`, over the
-//! state file of [`crate::sbx_state`]. The contract is README.md, section `sbx`.
+//! state file of [`super::state`]. The contract is README.md, section `sbx`.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use crate::sbx_state::{Registration, State, StateError, StateFile};
+use super::state::{Registration, State, StateError, StateFile};
 use crate::util::{self, log};
 
 /// The synopsis printed with every usage error and by `sbx mcp --help`.

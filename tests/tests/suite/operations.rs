@@ -1,6 +1,5 @@
 //! The operation model: the global cap, wait_ms and background running, byte cursors,
 //! timeouts and cancellation (tool and MCP notification), and a usable server after.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 

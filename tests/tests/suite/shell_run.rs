@@ -1,6 +1,5 @@
 //! shell_run through the real stand-in project shell: cwd, exit codes, separate
 //! streams, byte-faithful output, environment hygiene and sandbox isolation.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
 

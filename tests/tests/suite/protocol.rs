@@ -1,7 +1,6 @@
 //! Protocol hygiene: oversized frames, malformed JSON, requests before `initialize`,
 //! repeated `initialize`, unknown versions and tools, and argument validation that
 //! rejects bad input before any child starts.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 

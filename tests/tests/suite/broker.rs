@@ -1,5 +1,4 @@
 //! The resident broker and its authenticated connect proxies.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::fs;
 use std::io::{Read, Write};

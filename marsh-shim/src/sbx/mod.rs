@@ -1,5 +1,8 @@
 //! `sbx`: the stand-in for the stock sandbox CLI. `sbx version`, `sbx ls --json` (read
-//! from a JSON state file) and the `sbx mcp ...` verbs of [`crate::sbx_mcp`].
+//! from a JSON state file) and the `sbx mcp ...` verbs of [`mcp`].
+
+mod mcp;
+mod state;
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -8,8 +11,8 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
-use crate::sbx_state::StateFile;
 use crate::util::log;
+use state::StateFile;
 
 /// Entry point of the `sbx` binary; returns the process exit code.
 pub fn main() -> i32 {
@@ -19,7 +22,7 @@ pub fn main() -> i32 {
     if let Some((verb, rest)) = args.split_first()
         && verb == "mcp"
     {
-        return crate::sbx_mcp::main(rest, state);
+        return mcp::main(rest, state);
     }
     match dispatch(&args, state) {
         Ok(line) => match writeln!(std::io::stdout().lock(), "{line}") {

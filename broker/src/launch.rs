@@ -1,35 +1,35 @@
-//! Starting an operation: admission already granted, a record created, its steps
-//! supervised in the background, and the caller optionally waiting for the end.
+//! Running an admitted operation: a record is created, its plan's steps are
+//! supervised in the background, and a verdict ends it.
 //!
 //! An operation is a plan of one or more steps run in order; the first step that
 //! fails (or a cancel) ends it. A finish callback turns the outcome into the
 //! operation's verdict, after applying whatever registry transition it implies, so
 //! the persisted scope state is written before the operation reports its end.
+//! Only [`crate::admission::Ticket::launch`] starts a plan: nothing runs that was not
+//! admitted first.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use marsh_scope_registry::{DirIdentity, RemovalLimits, remove_scope_home};
-use serde_json::{Map, Value};
-use tokio::sync::OwnedSemaphorePermit;
-use tokio_util::sync::CancellationToken;
+use serde_json::Value;
 
-use super::envelope::{ErrorKind, ToolError};
-use super::views::{ViewOptions, read_fields};
 use crate::context::ServerContext;
-use crate::marsh::{EXIT_BUSY, Verb};
-use crate::operations::{OpKind, OpState, Operation, SessionId};
+use crate::error::{ErrorKind, ToolError};
+use crate::marsh::{EXIT_BUSY, QUERY_TIMEOUT, Verb, answer};
+use crate::operations::{OpKind, OpState, Operation};
 use crate::output::Stream;
-use crate::process::{Ending, exit_parts, supervise};
-
-/// Whatever must stay held until the last child is reaped (cap permit, scope guards).
-pub type Held = (Option<OwnedSemaphorePermit>, Box<dyn Send + 'static>);
+use crate::supervisor::{Ending, Sink, supervise};
 
 #[derive(Debug, Clone)]
-pub enum Step {
-    /// A marsh invocation against the plan's home (pins revalidated at spawn).
+pub(crate) enum Step {
+    /// A marsh invocation against the plan's home (pins revalidated at spawn); its
+    /// output goes to the operation's log.
     Marsh(Verb),
+    /// A marsh read whose JSON answer becomes [`Outcome::read`] instead of output. It
+    /// never ends the plan: the steps after it run whatever it answered.
+    Read(Verb),
     /// A fixed host recipe (qualification).
     Host { program: PathBuf, args: Vec<String> },
     /// Safe deletion of a generated scope home.
@@ -40,24 +40,26 @@ pub enum Step {
     },
 }
 
+/// What an admitted operation runs; its scope and home come from the ticket.
 #[derive(Debug)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub kind: OpKind,
-    pub scope: String,
-    pub home: PathBuf,
+    /// The bound of each child step.
     pub timeout: Duration,
     pub steps: Vec<Step>,
 }
 
 /// How a plan ended.
 #[derive(Debug, Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// The step that failed or was not reached because of a cancel, if any.
     pub failed: Option<Step>,
     /// The last child's ending.
     pub ending: Option<Ending>,
     /// A failure before or instead of a child (pins, removal checks).
     pub error: Option<ToolError>,
+    /// The answer of the plan's [`Step::Read`], if it has one and reached it.
+    pub read: Option<Result<Value, ToolError>>,
     pub drained: bool,
 }
 
@@ -76,54 +78,70 @@ impl Outcome {
 
 /// The operation's end as the finish callback decides it.
 #[derive(Debug)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     pub state: OpState,
     pub error: Option<ToolError>,
 }
 
-pub type Finish = Box<dyn FnOnce(&ServerContext, &Operation, &Outcome) -> Verdict + Send + 'static>;
+pub(crate) type Finish =
+    Box<dyn FnOnce(&ServerContext, &Operation, &Outcome) -> Verdict + Send + 'static>;
 
-pub fn start(
+/// Creates the record, marks it running and supervises `plan` in the background.
+/// `held` (cap permit, scope guards) is dropped only after the last step ended and the
+/// verdict is recorded.
+pub(crate) fn start<H: Send + 'static>(
     ctx: &Arc<ServerContext>,
-    session: SessionId,
+    op: Arc<Operation>,
+    home: PathBuf,
     plan: Plan,
-    held: Held,
+    held: H,
     finish: Option<Finish>,
 ) -> Result<Arc<Operation>, ToolError> {
-    let op = Operation::new(session, plan.kind, plan.scope.clone(), plan.timeout);
     ctx.ops.insert(Arc::clone(&op))?;
     op.mark_running();
     let running = Arc::clone(&op);
     let ctx = Arc::clone(ctx);
     tokio::spawn(async move {
-        let outcome = run_plan(&ctx, &running, plan).await;
+        let outcome = run_plan(&ctx, &running, &home, plan.steps).await;
         let verdict = match finish {
             Some(finish) => finish(&ctx, &running, &outcome),
             None => default_verdict(&running, &outcome),
         };
-        let (code, signal) = match &outcome.ending {
-            Some(Ending::Exited(s)) => exit_parts(s),
-            Some(Ending::TimedOut(Some(s)) | Ending::Cancelled(Some(s))) => exit_parts(s),
-            _ => (None, None),
-        };
+        let (code, signal) = outcome
+            .ending
+            .as_ref()
+            .map_or((None, None), Ending::exit_parts);
         running.finish(verdict.state, code, signal, verdict.error, outcome.drained);
         drop(held);
     });
     Ok(op)
 }
 
-async fn run_plan(ctx: &ServerContext, op: &Arc<Operation>, plan: Plan) -> Outcome {
+async fn run_plan(
+    ctx: &ServerContext,
+    op: &Arc<Operation>,
+    home: &Path,
+    steps: Vec<Step>,
+) -> Outcome {
     let mut outcome = Outcome {
         drained: true,
         ..Outcome::default()
     };
-    for step in plan.steps {
+    for step in steps {
         if op.cancel_token().is_cancelled() {
             outcome.failed = Some(step);
             break;
         }
         let cmd = match &step {
-            Step::Marsh(verb) => ctx.driver.command(verb, &plan.home),
+            Step::Marsh(verb) => ctx.driver.command(verb, home),
+            Step::Read(verb) => {
+                let captured = ctx
+                    .driver
+                    .query_within(verb, home, QUERY_TIMEOUT, op.cancel_token())
+                    .await;
+                outcome.read = Some(captured.and_then(answer));
+                continue;
+            }
             Step::Host { program, args } => {
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 Ok(ctx.driver.host_command(program, &args))
@@ -169,9 +187,10 @@ async fn run_plan(ctx: &ServerContext, op: &Arc<Operation>, plan: Plan) -> Outco
                 break;
             }
         };
-        let supervised = supervise(op, cmd).await;
+        let sink: Arc<dyn Sink> = Arc::clone(op) as Arc<dyn Sink>;
+        let supervised = supervise(cmd, sink, op.timeout, op.cancel_token()).await;
         outcome.drained &= supervised.drained;
-        let ok = matches!(&supervised.ending, Ending::Exited(s) if s.success());
+        let ok = supervised.ending.succeeded();
         outcome.ending = Some(supervised.ending);
         if !ok {
             outcome.failed = Some(step);
@@ -181,7 +200,7 @@ async fn run_plan(ctx: &ServerContext, op: &Arc<Operation>, plan: Plan) -> Outco
     outcome
 }
 
-pub fn stderr_tail(op: &Operation) -> String {
+pub(crate) fn stderr_tail(op: &Operation) -> String {
     let tail = op.output().tail(3, 2000);
     let text = String::from_utf8_lossy(&tail.stderr);
     let text = text.trim();
@@ -193,7 +212,7 @@ pub fn stderr_tail(op: &Operation) -> String {
 }
 
 /// The verdict of plans without lifecycle bookkeeping.
-pub fn default_verdict(op: &Operation, outcome: &Outcome) -> Verdict {
+pub(crate) fn default_verdict(op: &Operation, outcome: &Outcome) -> Verdict {
     let failed = |error| Verdict {
         state: OpState::Failed,
         error: Some(error),
@@ -242,40 +261,4 @@ pub fn default_verdict(op: &Operation, outcome: &Outcome) -> Verdict {
             (_, _) => failed(ToolError::new(ErrorKind::BackendFailed, stderr_tail(op))),
         },
     }
-}
-
-/// Waits up to `wait` (or until the request is cancelled, which cancels the
-/// operation too), then reports the operation with its output from the start.
-pub async fn report(
-    op: &Arc<Operation>,
-    wait: Duration,
-    request: &CancellationToken,
-    max_bytes: usize,
-    opts: ViewOptions,
-) -> Value {
-    let status = op.wait_for_end(wait, request).await;
-    if request.is_cancelled() {
-        op.request_cancel();
-    }
-    let mut data = match op.describe() {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    };
-    let read = op.output().read_since(0, max_bytes);
-    let complete =
-        status.state.is_terminal() && status.output_drained && !read.capped && !read.evicted;
-    data.extend(read_fields(&read, opts));
-    data.insert("output_complete".into(), Value::from(complete));
-    if !status.state.is_terminal() {
-        data.insert(
-            "hint".into(),
-            Value::from("still running: poll operation_get (wait_ms) and read operation_output from next_seq"),
-        );
-    } else if read.capped {
-        data.insert(
-            "hint".into(),
-            Value::from("more output is retained: call operation_output with since_seq = next_seq"),
-        );
-    }
-    Value::Object(data)
 }

@@ -1,0 +1,145 @@
+//! The binary edge: one parsed command line in, an exit code out. Logging goes to
+//! stderr in every mode, because stdout belongs to MCP.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use marsh_installers::{Client, Environment, Registration};
+use tokio::runtime::Runtime;
+
+use crate::cli::{Cli, CliCommand, ServeArgs};
+use crate::client_runner::SupervisedRunner;
+use crate::resident;
+use crate::server::serve_session;
+use crate::startup::prepare;
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("MARSH_MCP_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+}
+
+/// Control commands report on stderr: stdout belongs to MCP in every mode.
+fn reported(message: String) -> ExitCode {
+    eprintln!("marsh-mcp: {message}");
+    ExitCode::SUCCESS
+}
+
+/// Runs one command to its end.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    init_logging();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?;
+    let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    match cli.command {
+        CliCommand::Serve(args) => serve(runtime, &args, &env),
+        CliCommand::BrokerStart(args) => Ok(reported(
+            runtime.block_on(resident::broker_start(&args, &env))?,
+        )),
+        CliCommand::BrokerStop(args) => Ok(reported(
+            runtime.block_on(resident::broker_stop(&args, &env))?,
+        )),
+        CliCommand::BrokerRun(args) => {
+            runtime.block_on(resident::broker_run(&args, &env))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        CliCommand::Connect(args) => {
+            let outcome = runtime.block_on(resident::connect(&args, &env));
+            runtime.shutdown_background();
+            outcome?;
+            Ok(ExitCode::SUCCESS)
+        }
+        CliCommand::Install { client } => {
+            installer(&runtime, client.into(), &env, marsh_installers::install)
+        }
+        CliCommand::Uninstall { client } => {
+            installer(&runtime, client.into(), &env, marsh_installers::uninstall)
+        }
+        CliCommand::Start => {
+            let args = sbx_broker_args(&env)?;
+            Ok(reported(
+                runtime.block_on(resident::broker_start(&args, &env))?,
+            ))
+        }
+        CliCommand::Stop => {
+            let args = sbx_broker_args(&env)?;
+            Ok(reported(
+                runtime.block_on(resident::broker_stop(&args, &env))?,
+            ))
+        }
+    }
+}
+
+/// `serve`: every startup rule before the first MCP byte, then one session on stdio.
+fn serve(
+    runtime: Runtime,
+    args: &ServeArgs,
+    env: &[(OsString, OsString)],
+) -> anyhow::Result<ExitCode> {
+    let ctx = Arc::new(prepare(args, env)?);
+    let outcome = runtime.block_on(async move {
+        let stdin = tokio::io::BufReader::with_capacity(64 * 1024, tokio::io::stdin());
+        serve_session(ctx, stdin, tokio::io::stdout()).await
+    });
+    // Background readers of stdin may still be parked; do not wait for them.
+    runtime.shutdown_background();
+    outcome.map_err(anyhow::Error::msg)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+type Installer = fn(
+    Client,
+    &Environment,
+    &std::path::Path,
+    &std::path::Path,
+    &dyn marsh_installers::Runner,
+) -> Result<String, marsh_installers::InstallError>;
+
+/// `install`/`uninstall`, run from the workspace, with client CLIs under the one
+/// supervisor. Called on the main thread, outside the runtime (see `client_runner`).
+fn installer(
+    runtime: &Runtime,
+    client: Client,
+    env: &[(OsString, OsString)],
+    run: Installer,
+) -> anyhow::Result<ExitCode> {
+    let cwd = std::env::current_dir()?;
+    let exe = std::env::current_exe()?;
+    let runner = SupervisedRunner::new(runtime.handle().clone());
+    let message = run(
+        client,
+        &Environment::new(env.iter().cloned()),
+        &cwd,
+        &exe,
+        &runner,
+    )?;
+    Ok(reported(message))
+}
+
+/// `start`/`stop` act on the broker of this workspace's SBX registration.
+fn sbx_broker_args(env: &[(OsString, OsString)]) -> anyhow::Result<ServeArgs> {
+    let cwd = std::env::current_dir()?;
+    let exe = std::env::current_exe()?;
+    let reg = Registration::resolve(
+        Client::Sbx,
+        &Environment::new(env.iter().cloned()),
+        &cwd,
+        &exe,
+    )?;
+    Ok(ServeArgs {
+        workspace: Some(reg.workspace.into()),
+        home: None,
+        scope_root: Some(reg.root.into()),
+        marsh: Some(reg.marsh.into()),
+        sbx: reg.sbx.into(),
+        allow_full_sbx_control: false,
+    })
+}

@@ -1,0 +1,94 @@
+//! The tool error type: a stable snake_case `kind` callers branch on, and a message
+//! for people. Every layer below the tools (admission, operations, scopes, the marsh
+//! driver) reports in this type, so it lives here rather than in `tools/`.
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+/// Stable snake_case error codes. Callers branch on these; messages are for people.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    InvalidArgument,
+    UnknownScope,
+    ScopeNotReady,
+    ScopeBusy,
+    CapacityExhausted,
+    LiveScopeLimit,
+    RetainedScopeLimit,
+    IdentityInvalid,
+    ExecutableChanged,
+    BackendFailed,
+    NotFound,
+    TimedOut,
+    Disabled,
+    NotOwner,
+    UnknownOperation,
+    Internal,
+}
+
+impl ErrorKind {
+    /// Whether the same call may succeed later without anything else changing.
+    pub fn retryable(self) -> bool {
+        matches!(
+            self,
+            Self::ScopeBusy | Self::CapacityExhausted | Self::TimedOut
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidArgument => "invalid_argument",
+            Self::UnknownScope => "unknown_scope",
+            Self::ScopeNotReady => "scope_not_ready",
+            Self::ScopeBusy => "scope_busy",
+            Self::CapacityExhausted => "capacity_exhausted",
+            Self::LiveScopeLimit => "live_scope_limit",
+            Self::RetainedScopeLimit => "retained_scope_limit",
+            Self::IdentityInvalid => "identity_invalid",
+            Self::ExecutableChanged => "executable_changed",
+            Self::BackendFailed => "backend_failed",
+            Self::NotFound => "not_found",
+            Self::TimedOut => "timed_out",
+            Self::Disabled => "disabled",
+            Self::NotOwner => "not_owner",
+            Self::UnknownOperation => "unknown_operation",
+            Self::Internal => "internal",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolError {
+    pub kind: ErrorKind,
+    pub message: String,
+}
+
+impl ToolError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidArgument, message)
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "kind": self.kind.as_str(),
+            "message": self.message,
+            "retryable": self.kind.retryable(),
+        })
+    }
+}
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind.as_str(), self.message)
+    }
+}
+
+pub type ToolResult = Result<Value, ToolError>;

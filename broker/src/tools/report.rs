@@ -1,0 +1,47 @@
+//! The response of every tool that starts an operation: wait (bounded) for its end,
+//! then its summary and its output from the start.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::views::{ViewOptions, read_fields};
+use crate::operations::Operation;
+
+/// Waits up to `wait` (or until the request is cancelled, which cancels the
+/// operation too), then reports the operation with its output from the start.
+pub(crate) async fn report(
+    op: &Arc<Operation>,
+    wait: Duration,
+    request: &CancellationToken,
+    max_bytes: usize,
+    opts: ViewOptions,
+) -> Value {
+    let status = op.wait_for_end(wait, request).await;
+    if request.is_cancelled() {
+        op.request_cancel();
+    }
+    let mut data = match op.describe() {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    };
+    let read = op.output().read_since(0, max_bytes);
+    let complete =
+        status.state.is_terminal() && status.output_drained && !read.capped && !read.evicted;
+    data.extend(read_fields(&read, opts));
+    data.insert("output_complete".into(), Value::from(complete));
+    if !status.state.is_terminal() {
+        data.insert(
+            "hint".into(),
+            Value::from("still running: poll operation_get (wait_ms) and read operation_output from next_seq"),
+        );
+    } else if read.capped {
+        data.insert(
+            "hint".into(),
+            Value::from("more output is retained: call operation_output with since_seq = next_seq"),
+        );
+    }
+    Value::Object(data)
+}

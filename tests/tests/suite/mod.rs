@@ -1,0 +1,13 @@
+//! One module per black-box suite (formerly one test binary each).
+
+mod broker;
+mod install_clients;
+mod install_sbx;
+mod lifecycle;
+mod operations;
+mod pinning;
+mod protocol;
+mod python_client;
+mod scopes;
+mod shell_run;
+mod startup;
