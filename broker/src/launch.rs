@@ -262,3 +262,75 @@ pub(crate) fn default_verdict(op: &Operation, outcome: &Outcome) -> Verdict {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::ExitStatus;
+
+    use super::*;
+
+    fn op(kind: OpKind) -> Arc<Operation> {
+        Operation::new(1, kind, "default".into(), Duration::from_millis(250))
+    }
+
+    fn exited(code: i32) -> Outcome {
+        Outcome {
+            ending: Some(Ending::Exited(ExitStatus::from_raw(code << 8))),
+            ..Outcome::default()
+        }
+    }
+
+    #[test]
+    fn a_command_failure_is_its_result_but_a_marsh_failure_is_an_error() {
+        let run = default_verdict(&op(OpKind::ShellRun), &exited(7));
+        assert_eq!((run.state, run.error), (OpState::Failed, None));
+        let ok = default_verdict(&op(OpKind::Prewarm), &exited(0));
+        assert_eq!((ok.state, ok.error), (OpState::Succeeded, None));
+        let busy = default_verdict(&op(OpKind::WorkersReset), &exited(EXIT_BUSY));
+        assert_eq!(busy.error.map(|e| e.kind), Some(ErrorKind::ScopeBusy));
+        let broken = default_verdict(&op(OpKind::Prewarm), &exited(1));
+        assert_eq!(broken.error.map(|e| e.kind), Some(ErrorKind::BackendFailed));
+    }
+
+    #[test]
+    fn timeouts_cancels_spawn_failures_and_pre_child_errors() {
+        let timed_out = Outcome {
+            ending: Some(Ending::TimedOut(None)),
+            ..Outcome::default()
+        };
+        let v = default_verdict(&op(OpKind::ShellRun), &timed_out);
+        assert_eq!(v.state, OpState::TimedOut);
+        assert!(v.error.is_some_and(|e| e.message.contains("250 ms")));
+        let cancelled = Outcome {
+            ending: Some(Ending::Cancelled(None)),
+            ..Outcome::default()
+        };
+        let v = default_verdict(&op(OpKind::ShellRun), &cancelled);
+        assert_eq!((v.state, v.error), (OpState::CancellationUncertain, None));
+        let spawn = Outcome {
+            ending: Some(Ending::SpawnFailed(std::io::Error::other("gone"))),
+            ..Outcome::default()
+        };
+        let v = default_verdict(&op(OpKind::ShellRun), &spawn);
+        assert_eq!(v.error.map(|e| e.kind), Some(ErrorKind::BackendFailed));
+        let pinned = Outcome {
+            error: Some(ToolError::new(ErrorKind::ExecutableChanged, "swapped")),
+            ..Outcome::default()
+        };
+        let v = default_verdict(&op(OpKind::ShellRun), &pinned);
+        assert_eq!(v.error.map(|e| e.kind), Some(ErrorKind::ExecutableChanged));
+        // No child ran and nothing failed (a removal): success, unless cancelled.
+        let none = Outcome::default();
+        assert_eq!(
+            default_verdict(&op(OpKind::ScopeRemove), &none).state,
+            OpState::Succeeded
+        );
+        let cancelled_op = op(OpKind::ScopeRemove);
+        cancelled_op.request_cancel();
+        assert_eq!(
+            default_verdict(&cancelled_op, &none).state,
+            OpState::CancellationUncertain
+        );
+    }
+}

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::InstallError;
 use crate::registration::{Environment, Registration};
 use crate::runner::{ClientCommand, Runner};
-use crate::verified::{self, ClientStore};
+use crate::verified::ClientStore;
 
 const CLAUDE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Keep the CLI offline and quiet: no update checks, telemetry or other traffic.
@@ -115,7 +115,7 @@ fn difference(reg: &Registration, found: &Value) -> Option<String> {
         .or_else(|| Some("the entry differs".into()))
 }
 
-struct Claude<'a> {
+pub(crate) struct Claude<'a> {
     program: PathBuf,
     reg: &'a Registration,
     env: &'a Environment,
@@ -165,7 +165,7 @@ impl ClientStore for Claude<'_> {
     }
 }
 
-fn store<'a>(
+pub(crate) fn store<'a>(
     reg: &'a Registration,
     env: &'a Environment,
     runner: &'a dyn Runner,
@@ -176,22 +176,6 @@ fn store<'a>(
         env,
         runner,
     })
-}
-
-pub fn install(
-    reg: &Registration,
-    env: &Environment,
-    runner: &dyn Runner,
-) -> Result<String, InstallError> {
-    verified::install(&store(reg, env, runner)?, reg)
-}
-
-pub fn uninstall(
-    reg: &Registration,
-    env: &Environment,
-    runner: &dyn Runner,
-) -> Result<String, InstallError> {
-    verified::uninstall(&store(reg, env, runner)?, reg)
 }
 
 #[cfg(test)]

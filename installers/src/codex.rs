@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::InstallError;
 use crate::registration::{Environment, Registration};
 use crate::runner::{ClientCommand, Runner};
-use crate::verified::{self, ClientStore};
+use crate::verified::ClientStore;
 
 const CODEX_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -97,7 +97,7 @@ fn difference(reg: &Registration, found: &Value) -> Option<String> {
     })
 }
 
-struct Codex<'a> {
+pub(crate) struct Codex<'a> {
     program: PathBuf,
     reg: &'a Registration,
     env: &'a Environment,
@@ -135,7 +135,7 @@ impl ClientStore for Codex<'_> {
     }
 }
 
-fn store<'a>(
+pub(crate) fn store<'a>(
     reg: &'a Registration,
     env: &'a Environment,
     runner: &'a dyn Runner,
@@ -146,22 +146,6 @@ fn store<'a>(
         env,
         runner,
     })
-}
-
-pub fn install(
-    reg: &Registration,
-    env: &Environment,
-    runner: &dyn Runner,
-) -> Result<String, InstallError> {
-    verified::install(&store(reg, env, runner)?, reg)
-}
-
-pub fn uninstall(
-    reg: &Registration,
-    env: &Environment,
-    runner: &dyn Runner,
-) -> Result<String, InstallError> {
-    verified::uninstall(&store(reg, env, runner)?, reg)
 }
 
 #[cfg(test)]

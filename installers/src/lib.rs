@@ -31,8 +31,8 @@ pub fn install(
 ) -> Result<String, InstallError> {
     let reg = Registration::resolve(client, env, cwd, exe)?;
     match client {
-        Client::Codex => codex::install(&reg, env, runner),
-        Client::Claude => claude::install(&reg, env, runner),
+        Client::Codex => verified::install(&codex::store(&reg, env, runner)?, &reg),
+        Client::Claude => verified::install(&claude::store(&reg, env, runner)?, &reg),
         Client::Sbx => sbx::install(&reg, env, runner),
     }
 }
@@ -47,8 +47,8 @@ pub fn uninstall(
 ) -> Result<String, InstallError> {
     let reg = Registration::resolve(client, env, cwd, exe)?;
     match client {
-        Client::Codex => codex::uninstall(&reg, env, runner),
-        Client::Claude => claude::uninstall(&reg, env, runner),
+        Client::Codex => verified::uninstall(&codex::store(&reg, env, runner)?, &reg),
+        Client::Claude => verified::uninstall(&claude::store(&reg, env, runner)?, &reg),
         Client::Sbx => sbx::uninstall(&reg, env, runner),
     }
 }

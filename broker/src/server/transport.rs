@@ -306,3 +306,77 @@ impl Transport<RoleServer> for LineTransport {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(text: &str) -> Frame {
+        Frame::Line(text.as_bytes().to_vec())
+    }
+
+    fn reply(inbound: Inbound) -> Value {
+        match inbound {
+            Inbound::Reply(bytes) => serde_json::from_slice(&bytes).unwrap(),
+            Inbound::Message { .. } => panic!("expected a reply, got a message"),
+            Inbound::Ignore => panic!("expected a reply, got nothing"),
+        }
+    }
+
+    #[test]
+    fn bad_frames_are_answered_here_and_never_reach_rmcp() {
+        let mut seen = false;
+        let oversized = reply(classify(Frame::Oversized { len: 2 << 20 }, &mut seen));
+        assert_eq!(oversized["error"]["code"], -32600);
+        assert!(
+            oversized["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("2097152")
+        );
+        assert_eq!(
+            reply(classify(line("{nope"), &mut seen))["error"]["code"],
+            -32700
+        );
+        let invalid = reply(classify(
+            line(r#"{"jsonrpc":"2.0","id":7,"x":1}"#),
+            &mut seen,
+        ));
+        assert_eq!(
+            (invalid["id"].clone(), invalid["error"]["code"].clone()),
+            (Value::from(7), Value::from(-32600))
+        );
+        assert!(matches!(classify(line("   "), &mut seen), Inbound::Ignore));
+    }
+
+    #[test]
+    fn requests_are_tracked_and_early_notifications_dropped() {
+        let mut seen = false;
+        let early = line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        assert!(matches!(classify(early, &mut seen), Inbound::Ignore));
+        let init = line(
+            r#"{"jsonrpc":"2.0","id":"a","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+        );
+        match classify(init, &mut seen) {
+            Inbound::Message {
+                request, cancels, ..
+            } => {
+                assert_eq!(request.as_deref(), Some("\"a\""));
+                assert_eq!(cancels, None);
+            }
+            _ => panic!("initialize must reach rmcp"),
+        }
+        assert!(seen);
+        let cancel = line(
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#,
+        );
+        match classify(cancel, &mut seen) {
+            Inbound::Message {
+                request, cancels, ..
+            } => {
+                assert_eq!((request, cancels.as_deref()), (None, Some("3")));
+            }
+            _ => panic!("a cancellation must reach rmcp"),
+        }
+    }
+}

@@ -6,10 +6,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::Call;
 use super::args::{self, QualifyArgs};
-use super::report::report;
-use super::views::ViewOptions;
-use super::{Call, object};
+use super::report::report_fields;
 use crate::context::ServerContext;
 use crate::error::{ErrorKind, ToolError, ToolResult};
 use crate::launch::{Plan, Step};
@@ -38,19 +37,7 @@ pub(crate) async fn qualify(ctx: &Arc<ServerContext>, call: Call<'_>) -> ToolRes
         }],
     };
     let op = ticket.launch(ctx, call.session, plan, None)?;
-    let opts = ViewOptions {
-        include_base64: false,
-    };
-    let mut data = object(
-        report(
-            &op,
-            wait,
-            call.request,
-            args::MAX_BYTES.default as usize,
-            opts,
-        )
-        .await,
-    );
+    let mut data = report_fields(&op, wait, call.request).await;
     data.insert(
         "gate".into(),
         serde_json::to_value(a.gate).unwrap_or(Value::Null),

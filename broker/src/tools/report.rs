@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use super::args::MAX_BYTES;
 use super::views::{ViewOptions, read_fields};
 use crate::operations::Operation;
 
@@ -44,4 +45,20 @@ pub(crate) async fn report(
         );
     }
     Value::Object(data)
+}
+
+/// [`report`] as fields to extend, for operations whose output is a progress log
+/// (lifecycle, workers, qualification): the default byte budget, text views only.
+pub(crate) async fn report_fields(
+    op: &Arc<Operation>,
+    wait: Duration,
+    request: &CancellationToken,
+) -> Map<String, Value> {
+    let opts = ViewOptions {
+        include_base64: false,
+    };
+    match report(op, wait, request, MAX_BYTES.default as usize, opts).await {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
 }

@@ -10,8 +10,7 @@ use marsh_scope_registry::{Event, MAX_LIVE_SCOPES, MAX_RETAINED_SCOPES, ScopeId,
 use serde_json::{Value, json};
 
 use super::args::{self, NoArgs, WaitArgs};
-use super::report::report;
-use super::views::ViewOptions;
+use super::report::report_fields;
 use super::{Call, object};
 use crate::admission::{Admission, LifecycleStep, Ticket};
 use crate::context::ServerContext;
@@ -93,19 +92,7 @@ async fn launch_lifecycle(
         steps,
     };
     let op = ticket.launch(ctx, call.session, plan, Some(lifecycle_finish(id, kind)))?;
-    let opts = ViewOptions {
-        include_base64: false,
-    };
-    let mut data = object(
-        report(
-            &op,
-            wait,
-            call.request,
-            args::MAX_BYTES.default as usize,
-            opts,
-        )
-        .await,
-    );
+    let mut data = report_fields(&op, wait, call.request).await;
     if let Ok(now) = ctx.scopes.view(id) {
         data.insert("scope".into(), now.describe());
     }

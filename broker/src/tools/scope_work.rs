@@ -8,7 +8,7 @@ use marsh_scope_registry::{Event, ScopeId, ScopeState};
 use serde_json::{Map, Value, json};
 
 use super::args::{self, ResultGetArgs, ResultsListArgs, SelectionArgs, ShellRunArgs};
-use super::report::report;
+use super::report::{report, report_fields};
 use super::views::ViewOptions;
 use super::{Call, object};
 use crate::admission::{Admission, WorkerStep};
@@ -327,19 +327,7 @@ pub(crate) async fn workers(
         steps: vec![Step::Marsh(verb)],
     };
     let op = ticket.launch(ctx, call.session, plan, None)?;
-    let opts = ViewOptions {
-        include_base64: false,
-    };
-    let mut data = object(
-        report(
-            &op,
-            wait,
-            call.request,
-            args::MAX_BYTES.default as usize,
-            opts,
-        )
-        .await,
-    );
+    let mut data = report_fields(&op, wait, call.request).await;
     data.insert("selection".into(), Value::from(selection));
     Ok(Value::Object(data))
 }
