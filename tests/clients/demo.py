@@ -102,6 +102,15 @@ async def main():
             show("scope_stop", await call(session, "scope_stop", {"scope_id": scope}))
             show("scope_status after stop", await call(session, "scope_status", {"scope_id": scope}))
             show("scope_run on a stopped scope", await call(session, "scope_run", {"scope_id": scope, "command": "true"}))
+            # Reading a stopped scope boots it, reads, then exactly stops it: an operation.
+            read = show("scope_results_list of a stopped scope (wait_ms 0: an operation)",
+                        await call(session, "scope_results_list", {"scope_id": scope, "wait_ms": 0, "limit": 3}))
+            if read.get("ok") and "operation_id" in read["data"]:
+                done = await call(session, "operation_get", {"operation_id": read["data"]["operation_id"], "wait_ms": 30000})
+                show("operation_get of that read", done)
+                receipts = (done.get("data") or {}).get("result", {}).get("results", [])
+                print(f"  receipts read: {len(receipts)}; scope afterwards: "
+                      f"{(await call(session, 'scope_status', {'scope_id': scope}))['data']['state']}")
             show("scope_remove", await call(session, "scope_remove", {"scope_id": scope}))
     print("\ndemo finished: every call above went through a real MCP client session.")
 
