@@ -2,7 +2,7 @@
 //! supervised in the background, and a verdict ends it.
 //!
 //! An operation is a plan of one or more steps run in order; the first step that
-//! fails (or a cancel) ends it. A finish callback turns the outcome into the
+//! fails (or a cancel) skips the rest, except `Step::Finally` steps, which always run. A finish callback turns the outcome into the
 //! operation's verdict, after applying whatever registry transition it implies, so
 //! the persisted scope state is written before the operation reports its end.
 //! Only [`crate::admission::Ticket::launch`] starts a plan: nothing runs that was not
@@ -21,6 +21,7 @@ use crate::marsh::{EXIT_BUSY, QUERY_TIMEOUT, Verb, answer};
 use crate::operations::{OpKind, OpState, Operation};
 use crate::output::Stream;
 use crate::supervisor::{Ending, Sink, supervise};
+use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone)]
 pub(crate) enum Step {
@@ -30,6 +31,10 @@ pub(crate) enum Step {
     /// A marsh read whose JSON answer becomes [`Outcome::read`] instead of output. It
     /// never ends the plan: the steps after it run whatever it answered.
     Read(Verb),
+    /// A marsh invocation that runs whatever happened before it — an earlier failure or
+    /// a cancel — and that a cancel does not interrupt (only the plan's timeout bounds
+    /// it): the exact stop that must follow a stopped-scope read.
+    Finally(Verb),
     /// A fixed host recipe (qualification).
     Host { program: PathBuf, args: Vec<String> },
     /// Safe deletion of a generated scope home.
@@ -60,6 +65,9 @@ pub(crate) struct Outcome {
     pub error: Option<ToolError>,
     /// The answer of the plan's [`Step::Read`], if it has one and reached it.
     pub read: Option<Result<Value, ToolError>>,
+    /// A [`Step::Finally`] failed (it always runs, so `false` in a plan that has one
+    /// means it succeeded).
+    pub finally_failed: bool,
     pub drained: bool,
 }
 
@@ -127,13 +135,16 @@ async fn run_plan(
         drained: true,
         ..Outcome::default()
     };
+    let never = CancellationToken::new();
     for step in steps {
-        if op.cancel_token().is_cancelled() {
-            outcome.failed = Some(step);
-            break;
+        let finally = matches!(step, Step::Finally(_));
+        if !finally && (outcome.failed.is_some() || op.cancel_token().is_cancelled()) {
+            // Skipped: after a failure or a cancel only `Finally` steps run.
+            outcome.failed.get_or_insert(step);
+            continue;
         }
         let cmd = match &step {
-            Step::Marsh(verb) => ctx.driver.command(verb, home),
+            Step::Marsh(verb) | Step::Finally(verb) => ctx.driver.command(verb, home),
             Step::Read(verb) => {
                 let captured = ctx
                     .driver
@@ -182,19 +193,21 @@ async fn run_plan(
         let cmd = match cmd {
             Ok(cmd) => cmd,
             Err(e) => {
-                outcome.error = Some(e);
-                outcome.failed = Some(step);
-                break;
+                outcome.finally_failed |= finally;
+                outcome.error.get_or_insert(e);
+                outcome.failed.get_or_insert(step);
+                continue;
             }
         };
         let sink: Arc<dyn Sink> = Arc::clone(op) as Arc<dyn Sink>;
-        let supervised = supervise(cmd, sink, op.timeout, op.cancel_token()).await;
+        let cancel = if finally { &never } else { op.cancel_token() };
+        let supervised = supervise(cmd, sink, op.timeout, cancel).await;
         outcome.drained &= supervised.drained;
         let ok = supervised.ending.succeeded();
         outcome.ending = Some(supervised.ending);
         if !ok {
-            outcome.failed = Some(step);
-            break;
+            outcome.finally_failed |= finally;
+            outcome.failed.get_or_insert(step);
         }
     }
     outcome

@@ -14,7 +14,10 @@
 //!    nothing on disk.
 //!
 //! A ticket owns what it took (gate guard, slot) until the operation it launches has
-//! reaped its last child; a ticket dropped unlaunched releases them at once.
+//! reaped its last child; a ticket dropped unlaunched releases them at once. A launch
+//! that fails after step 6 marks the scope failed (recoverable), never leaves it in a
+//! transitional state. Callers launch right after admitting, with no fallible step
+//! between.
 
 mod cap;
 mod gate;
@@ -139,6 +142,9 @@ pub(crate) struct Ticket {
     pub home: PathBuf,
     /// `default`, a scope UUID, or `host`.
     label: String,
+    /// The scope whose transitional state this admission persisted, with the operation
+    /// name: if the launch fails, that state is failed rather than left in flight.
+    begun: Option<(ScopeId, &'static str)>,
     permit: Option<OwnedSemaphorePermit>,
     hold: ScopeHold,
 }
@@ -157,11 +163,17 @@ impl Ticket {
             view: _,
             home,
             label,
+            begun,
             permit,
             hold,
         } = self;
         let op = Operation::new(session, plan.kind, label, plan.timeout);
-        launch::start(ctx, op, home, plan, (permit, hold), finish)
+        let launched = launch::start(ctx, op, home, plan, (permit, hold), finish);
+        if let (Err(error), Some((id, name))) = (&launched, begun) {
+            let why = format!("the operation could not start: {}", error.message);
+            let _ = ctx.scopes.apply(id, Event::Failed, name, Some(&why));
+        }
+        launched
     }
 }
 
@@ -204,6 +216,7 @@ impl ServerContext {
         }
         Ok(Ticket {
             label: id.to_string(),
+            begun: admission.begin().map(|(_, name)| (id, name)),
             view: Some(view),
             home,
             permit,
@@ -224,6 +237,7 @@ impl ServerContext {
             .try_lifecycle(Lifecycle::Exclusive("scope_start"))?;
         Ok(Ticket {
             label: view.id.to_string(),
+            begun: Some((view.id, "scope_start")),
             home: view.home.clone(),
             view: Some(view),
             permit: Some(permit),
@@ -237,6 +251,7 @@ impl ServerContext {
         let permit = self.cap.try_admit()?;
         Ok(Ticket {
             label: "host".into(),
+            begun: None,
             view: None,
             home: self.workspace.clone(),
             permit: Some(permit),

@@ -192,10 +192,12 @@ pub(crate) async fn scope_remove(
             "generated scope without a root",
         ));
     };
-    let ticket = ctx.admit(view.id, Admission::Lifecycle(LifecycleStep::Remove))?;
-    let Some(record) = ticket.view.as_ref().and_then(|v| v.record.clone()) else {
+    // A record's home identity never changes, so the one read before the gate is the
+    // one admission re-checks; nothing fallible stands between admission and launch.
+    let Some(record) = view.record.clone() else {
         return Err(identity_error(view.id));
     };
+    let ticket = ctx.admit(view.id, Admission::Lifecycle(LifecycleStep::Remove))?;
     let steps = vec![Step::RemoveHome {
         parent,
         name,

@@ -172,7 +172,7 @@ async fn stopped_read(
     let plan = Plan {
         kind: read.kind(),
         timeout: LIFECYCLE_TIMEOUT,
-        steps: vec![Step::Read(read.verb()), Step::Marsh(Verb::Stop)],
+        steps: vec![Step::Read(read.verb()), Step::Finally(Verb::Stop)],
     };
     let op = ticket.launch(ctx, call.session, plan, Some(stopped_read_finish(id, read)))?;
     let status = op.wait_for_end(wait, call.request).await;
@@ -214,7 +214,8 @@ async fn stopped_read(
 fn stopped_read_finish(id: ScopeId, read: ReceiptRead) -> Finish {
     Box::new(
         move |ctx: &ServerContext, op: &Operation, outcome: &Outcome| {
-            let stopped = outcome.succeeded() && !op.cancel_token().is_cancelled();
+            // The stop always ran, cancel or not; only its own result decides.
+            let stopped = !outcome.finally_failed;
             let persisted = if stopped {
                 ctx.scopes.apply(id, Event::Succeeded, "stopped_read", None)
             } else {
