@@ -41,12 +41,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     match cli.command {
         CliCommand::Serve(args) => serve(runtime, &args, &env),
-        CliCommand::BrokerStart(args) => Ok(reported(
-            runtime.block_on(resident::broker_start(&args, &env))?,
-        )),
-        CliCommand::BrokerStop(args) => Ok(reported(
-            runtime.block_on(resident::broker_stop(&args, &env))?,
-        )),
+        CliCommand::BrokerStart(args) => broker_start(&runtime, &args, &env),
+        CliCommand::BrokerStop(args) => broker_stop(&runtime, &args, &env),
         CliCommand::BrokerRun(args) => {
             runtime.block_on(resident::broker_run(&args, &env))?;
             Ok(ExitCode::SUCCESS)
@@ -63,19 +59,29 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         CliCommand::Uninstall { client } => {
             installer(&runtime, client.into(), &env, marsh_installers::uninstall)
         }
-        CliCommand::Start => {
-            let args = sbx_broker_args(&env)?;
-            Ok(reported(
-                runtime.block_on(resident::broker_start(&args, &env))?,
-            ))
-        }
-        CliCommand::Stop => {
-            let args = sbx_broker_args(&env)?;
-            Ok(reported(
-                runtime.block_on(resident::broker_stop(&args, &env))?,
-            ))
-        }
+        CliCommand::Start => broker_start(&runtime, &sbx_broker_args(&env)?, &env),
+        CliCommand::Stop => broker_stop(&runtime, &sbx_broker_args(&env)?, &env),
     }
+}
+
+fn broker_start(
+    runtime: &Runtime,
+    args: &ServeArgs,
+    env: &[(OsString, OsString)],
+) -> anyhow::Result<ExitCode> {
+    Ok(reported(
+        runtime.block_on(resident::broker_start(args, env))?,
+    ))
+}
+
+fn broker_stop(
+    runtime: &Runtime,
+    args: &ServeArgs,
+    env: &[(OsString, OsString)],
+) -> anyhow::Result<ExitCode> {
+    Ok(reported(
+        runtime.block_on(resident::broker_stop(args, env))?,
+    ))
 }
 
 /// `serve`: every startup rule before the first MCP byte, then one session on stdio.

@@ -32,7 +32,7 @@ use crate::context::ServerContext;
 use crate::error::ToolError;
 use crate::launch::{self, Finish, Plan};
 use crate::operations::{Operation, SessionId};
-use crate::scopes::ScopeView;
+use crate::tool_name::ToolName;
 
 pub(crate) use cap::{GLOBAL_OPERATION_CAP, GlobalCap};
 pub(crate) use gate::{Lifecycle, ScopeGate};
@@ -69,11 +69,21 @@ pub(crate) enum LifecycleStep {
 }
 
 impl LifecycleStep {
-    pub(crate) fn name(self) -> &'static str {
+    /// The tool's name, which is also the operation name the registry records.
+    fn name(self) -> &'static str {
         match self {
-            Self::Reset => "scope_reset",
-            Self::Stop => "scope_stop",
-            Self::Remove => "scope_remove",
+            Self::Reset => ToolName::ScopeReset,
+            Self::Stop => ToolName::ScopeStop,
+            Self::Remove => ToolName::ScopeRemove,
+        }
+        .as_str()
+    }
+
+    fn begin_event(self) -> Event {
+        match self {
+            Self::Reset => Event::BeginReset,
+            Self::Stop => Event::BeginStop,
+            Self::Remove => Event::BeginRemove,
         }
     }
 }
@@ -96,9 +106,7 @@ impl Admission {
     fn begin(self) -> Option<(Event, &'static str)> {
         match self {
             Self::Run | Self::Workers(_) => None,
-            Self::Lifecycle(LifecycleStep::Reset) => Some((Event::BeginReset, "scope_reset")),
-            Self::Lifecycle(LifecycleStep::Stop) => Some((Event::BeginStop, "scope_stop")),
-            Self::Lifecycle(LifecycleStep::Remove) => Some((Event::BeginRemove, "scope_remove")),
+            Self::Lifecycle(step) => Some((step.begin_event(), step.name())),
             Self::StoppedRead => Some((Event::BeginStoppedRead, "stopped_read")),
         }
     }
@@ -107,8 +115,10 @@ impl Admission {
     /// Removal is an in-process walk and holds no child.
     fn runs_marsh(self) -> bool {
         match self {
-            Self::Run | Self::Workers(_) | Self::StoppedRead => true,
-            Self::Lifecycle(LifecycleStep::Reset | LifecycleStep::Stop) => true,
+            Self::Run
+            | Self::Workers(_)
+            | Self::StoppedRead
+            | Self::Lifecycle(LifecycleStep::Reset | LifecycleStep::Stop) => true,
             Self::Lifecycle(LifecycleStep::Remove) => false,
         }
     }
@@ -135,9 +145,6 @@ enum ScopeHold {
 /// Admitted work, not yet launched.
 #[derive(Debug)]
 pub(crate) struct Ticket {
-    /// The scope as read under the gate, before the admission's own event; `None` for
-    /// host work.
-    pub view: Option<ScopeView>,
     /// The verified home (the workspace for host work).
     pub home: PathBuf,
     /// `default`, a scope UUID, or `host`.
@@ -160,7 +167,6 @@ impl Ticket {
         finish: Option<Finish>,
     ) -> Result<Arc<Operation>, ToolError> {
         let Ticket {
-            view: _,
             home,
             label,
             begun,
@@ -217,7 +223,6 @@ impl ServerContext {
         Ok(Ticket {
             label: id.to_string(),
             begun: admission.begin().map(|(_, name)| (id, name)),
-            view: Some(view),
             home,
             permit,
             hold,
@@ -227,22 +232,23 @@ impl ServerContext {
     /// Admits the creation of a generated scope: a slot and fresh pins first, then the
     /// scope (live/retained limits, a fresh owner-only home, a persisted `starting`
     /// record), then its gate — so a refusal creates nothing.
-    pub(crate) fn admit_new_scope(&self) -> Result<Ticket, ToolError> {
+    pub(crate) fn admit_new_scope(&self) -> Result<(ScopeId, Ticket), ToolError> {
         let permit = self.cap.try_admit()?;
         self.driver.revalidate()?;
         let view = self.scopes.create()?;
+        let id = view.id;
         let guard = self
             .scopes
-            .gate(view.id)
-            .try_lifecycle(Lifecycle::Exclusive("scope_start"))?;
-        Ok(Ticket {
-            label: view.id.to_string(),
-            begun: Some((view.id, "scope_start")),
-            home: view.home.clone(),
-            view: Some(view),
+            .gate(id)
+            .try_lifecycle(Lifecycle::Exclusive(ToolName::ScopeStart.as_str()))?;
+        let ticket = Ticket {
+            label: id.to_string(),
+            begun: Some((id, ToolName::ScopeStart.as_str())),
+            home: view.home,
             permit: Some(permit),
             hold: ScopeHold::Lifecycle { _guard: guard },
-        })
+        };
+        Ok((id, ticket))
     }
 
     /// Admits host work (qualification) in the workspace: a slot only. It runs no
@@ -252,7 +258,6 @@ impl ServerContext {
         Ok(Ticket {
             label: "host".into(),
             begun: None,
-            view: None,
             home: self.workspace.clone(),
             permit: Some(permit),
             hold: ScopeHold::Nothing,

@@ -23,9 +23,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::WorkerStep;
 use crate::context::ServerContext;
-use crate::error::ToolResult;
+use crate::error::{ToolError, ToolResult};
 use crate::operations::SessionId;
-use crate::scopes::ScopeView;
 use crate::tool_name::{Addressing, ToolName};
 use envelope::{envelope_schema, into_call_result};
 
@@ -36,6 +35,13 @@ pub(crate) struct Call<'a> {
     pub session: SessionId,
     pub arguments: &'a Option<Map<String, Value>>,
     pub request: &'a CancellationToken,
+}
+
+impl Call<'_> {
+    /// The arguments as the tool's closed argument struct.
+    pub(crate) fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, ToolError> {
+        args::parse(self.arguments.clone())
+    }
 }
 
 /// A JSON object's map, or an empty one.
@@ -171,19 +177,6 @@ pub(crate) fn catalog() -> Vec<Tool> {
     ToolName::ALL.into_iter().map(catalog_entry).collect()
 }
 
-/// The scope a scope-addressing tool works on: always the default for an alias; the
-/// `scope_id` argument (taken out of the arguments) for a `scope_*` tool.
-fn target(
-    ctx: &ServerContext,
-    tool: ToolName,
-    arguments: &mut Option<Map<String, Value>>,
-) -> Result<ScopeView, crate::error::ToolError> {
-    match tool.addressing() {
-        Addressing::DefaultScope | Addressing::Unscoped => ctx.scopes.view(ScopeId::Default),
-        Addressing::ScopeArgument => scoped::take_scope(&ctx.scopes, arguments),
-    }
-}
-
 async fn dispatch(
     ctx: &Arc<ServerContext>,
     tool: ToolName,
@@ -191,11 +184,12 @@ async fn dispatch(
     mut arguments: Option<Map<String, Value>>,
     request: &CancellationToken,
 ) -> ToolResult {
+    // The scope an alias or `scope_*` tool works on; `scope_id` is taken out of the
+    // arguments so the rest is parsed by the alias's own closed struct.
     let view = match tool.addressing() {
         Addressing::Unscoped => None,
-        Addressing::DefaultScope | Addressing::ScopeArgument => {
-            Some(target(ctx, tool, &mut arguments)?)
-        }
+        Addressing::DefaultScope => Some(ctx.scopes.view(ScopeId::Default)?),
+        Addressing::ScopeArgument => Some(scoped::take_scope(&ctx.scopes, &mut arguments)?),
     };
     let call = Call {
         session,
@@ -204,7 +198,7 @@ async fn dispatch(
     };
     let scope = || {
         view.as_ref().ok_or_else(|| {
-            crate::error::ToolError::new(
+            ToolError::new(
                 crate::error::ErrorKind::Internal,
                 format!("{} addresses a scope but none was resolved", tool.as_str()),
             )
@@ -212,11 +206,11 @@ async fn dispatch(
     };
     match tool {
         ToolName::Doctor => {
-            let _: args::NoArgs = args::parse(arguments.clone())?;
+            let _: args::NoArgs = call.parse()?;
             doctor::doctor(ctx).await
         }
         ToolName::Status | ToolName::ScopeStatus => {
-            let _: args::NoArgs = args::parse(arguments.clone())?;
+            let _: args::NoArgs = call.parse()?;
             scope_work::status(ctx, scope()?).await
         }
         ToolName::ResultsList | ToolName::ScopeResultsList => {

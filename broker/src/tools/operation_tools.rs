@@ -15,7 +15,7 @@ use crate::error::{ToolError, ToolResult};
 const CANCEL_SETTLE: Duration = Duration::from_secs(6);
 
 pub(crate) async fn operation_get(ctx: &ServerContext, call: Call<'_>) -> ToolResult {
-    let a: OperationGetArgs = args::parse(call.arguments.clone())?;
+    let a: OperationGetArgs = call.parse()?;
     let wait = args::OPERATION_WAIT.duration(a.wait_ms)?;
     let op = ctx.ops.get(&a.operation_id, call.session)?;
     let status = op.wait_for_end(wait, call.request).await;
@@ -33,7 +33,7 @@ pub(crate) async fn operation_get(ctx: &ServerContext, call: Call<'_>) -> ToolRe
 }
 
 pub(crate) async fn operation_output(ctx: &ServerContext, call: Call<'_>) -> ToolResult {
-    let a: OperationOutputArgs = args::parse(call.arguments.clone())?;
+    let a: OperationOutputArgs = call.parse()?;
     let max_bytes = args::max_bytes(a.max_bytes)?;
     if a.tail_lines.is_some() && a.since_seq.is_some() {
         return Err(ToolError::invalid(
@@ -81,7 +81,7 @@ pub(crate) async fn operation_output(ctx: &ServerContext, call: Call<'_>) -> Too
 }
 
 pub(crate) async fn operation_cancel(ctx: &ServerContext, call: Call<'_>) -> ToolResult {
-    let a: OperationCancelArgs = args::parse(call.arguments.clone())?;
+    let a: OperationCancelArgs = call.parse()?;
     let op = ctx.ops.get(&a.operation_id, call.session)?;
     let requested = op.request_cancel();
     op.wait_for_end(CANCEL_SETTLE, call.request).await;

@@ -17,7 +17,7 @@ use crate::operations::OpKind;
 pub(crate) const MAKE: &str = "/usr/bin/make";
 
 pub(crate) async fn qualify(ctx: &Arc<ServerContext>, call: Call<'_>) -> ToolResult {
-    let a: QualifyArgs = args::parse(call.arguments.clone())?;
+    let a: QualifyArgs = call.parse()?;
     let timeout = args::QUALIFY_TIMEOUT.duration(a.timeout_ms)?;
     let wait = args::QUALIFY_WAIT.duration(a.wait_ms)?;
     if !ctx.allow_full_sbx_control {

@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::args::MAX_BYTES;
+use super::object;
 use super::views::{ViewOptions, read_fields};
 use crate::operations::Operation;
 
@@ -24,10 +25,7 @@ pub(crate) async fn report(
     if request.is_cancelled() {
         op.request_cancel();
     }
-    let mut data = match op.describe() {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    };
+    let mut data = object(op.describe());
     let read = op.output().read_since(0, max_bytes);
     let complete =
         status.state.is_terminal() && status.output_drained && !read.capped && !read.evicted;
@@ -57,8 +55,5 @@ pub(crate) async fn report_fields(
     let opts = ViewOptions {
         include_base64: false,
     };
-    match report(op, wait, request, MAX_BYTES.default as usize, opts).await {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    }
+    object(report(op, wait, request, MAX_BYTES.default as usize, opts).await)
 }

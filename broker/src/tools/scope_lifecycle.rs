@@ -100,20 +100,14 @@ async fn launch_lifecycle(
 }
 
 pub(crate) async fn scope_start(ctx: &Arc<ServerContext>, call: Call<'_>) -> ToolResult {
-    let _: NoArgs = args::parse(call.arguments.clone())?;
+    let _: NoArgs = call.parse()?;
     if !ctx.scopes.is_managed() {
         return Err(ToolError::new(
             ErrorKind::Disabled,
             "scope_start needs managed mode (--scope-root); this server runs a single legacy scope",
         ));
     }
-    let ticket = ctx.admit_new_scope()?;
-    let Some(id) = ticket.view.as_ref().map(|v| v.id) else {
-        return Err(ToolError::new(
-            ErrorKind::Internal,
-            "a new scope was admitted without its view",
-        ));
-    };
+    let (id, ticket) = ctx.admit_new_scope()?;
     let wait = Duration::from_millis(args::WAIT.default);
     let steps = vec![Step::Marsh(Verb::boot())];
     let mut data =
@@ -123,7 +117,7 @@ pub(crate) async fn scope_start(ctx: &Arc<ServerContext>, call: Call<'_>) -> Too
 }
 
 pub(crate) fn scope_list(ctx: &ServerContext, call: Call<'_>) -> ToolResult {
-    let _: NoArgs = args::parse(call.arguments.clone())?;
+    let _: NoArgs = call.parse()?;
     let scopes: Vec<Value> = ctx.scopes.list().iter().map(ScopeView::describe).collect();
     let (live, retained, _) = ctx.scopes.counts();
     Ok(json!({
@@ -140,7 +134,7 @@ pub(crate) async fn scope_reset(
     call: Call<'_>,
     view: &ScopeView,
 ) -> ToolResult {
-    let a: WaitArgs = args::parse(call.arguments.clone())?;
+    let a: WaitArgs = call.parse()?;
     let wait = args::WAIT.duration(a.wait_ms)?;
     let ticket = ctx.admit(view.id, Admission::Lifecycle(LifecycleStep::Reset))?;
     // Boot so the exact control daemon exists, reset it, then validate the boot.
@@ -157,7 +151,7 @@ pub(crate) async fn scope_stop(
     call: Call<'_>,
     view: &ScopeView,
 ) -> ToolResult {
-    let a: WaitArgs = args::parse(call.arguments.clone())?;
+    let a: WaitArgs = call.parse()?;
     let wait = args::WAIT.duration(a.wait_ms)?;
     // A stopped scope's persisted state is only ever left under its gate, by an
     // admission that first persists a transitional state; so a fresh view that says
@@ -179,7 +173,7 @@ pub(crate) async fn scope_remove(
     call: Call<'_>,
     view: &ScopeView,
 ) -> ToolResult {
-    let a: WaitArgs = args::parse(call.arguments.clone())?;
+    let a: WaitArgs = call.parse()?;
     let wait = args::WAIT.duration(a.wait_ms)?;
     if view.id == ScopeId::Default {
         return Err(ToolError::invalid(

@@ -266,7 +266,7 @@ pub(crate) async fn results_list(
     call: Call<'_>,
     view: &ScopeView,
 ) -> ToolResult {
-    let a: ResultsListArgs = args::parse(call.arguments.clone())?;
+    let a: ResultsListArgs = call.parse()?;
     let limit = args::RESULTS_LIMIT.check(a.limit)? as usize;
     let wait = args::WAIT.duration(a.wait_ms)?;
     read_receipts(ctx, call, view, ReceiptRead::List { limit }, wait).await
@@ -277,14 +277,14 @@ pub(crate) async fn result_get(
     call: Call<'_>,
     view: &ScopeView,
 ) -> ToolResult {
-    let a: ResultGetArgs = args::parse(call.arguments.clone())?;
+    let a: ResultGetArgs = call.parse()?;
     let selector = args::selector(&a.selector)?.to_owned();
     let wait = args::WAIT.duration(a.wait_ms)?;
     read_receipts(ctx, call, view, ReceiptRead::Get { selector }, wait).await
 }
 
 pub(crate) async fn run(ctx: &Arc<ServerContext>, call: Call<'_>, view: &ScopeView) -> ToolResult {
-    let a: ShellRunArgs = args::parse(call.arguments.clone())?;
+    let a: ShellRunArgs = call.parse()?;
     let command = args::command(&a.command)?;
     let timeout = args::TIMEOUT.duration(a.timeout_ms)?;
     let wait = args::WAIT.duration(a.wait_ms)?;
@@ -308,7 +308,7 @@ pub(crate) async fn workers(
     view: &ScopeView,
     step: WorkerStep,
 ) -> ToolResult {
-    let a: SelectionArgs = args::parse(call.arguments.clone())?;
+    let a: SelectionArgs = call.parse()?;
     let selection = args::selection(a.selection.as_deref())?;
     let wait = args::WAIT.duration(a.wait_ms)?;
     let (kind, verb) = match step {
