@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::context::ServerContext;
 use crate::error::{ErrorKind, ToolError};
-use crate::marsh::{EXIT_BUSY, QUERY_TIMEOUT, Verb, answer};
+use crate::marsh::{EXIT_BUSY, EXIT_SPAWN_BLOCKED, QUERY_TIMEOUT, Verb, answer};
 use crate::operations::{OpKind, OpState, Operation};
 use crate::output::Stream;
 use crate::supervisor::{Ending, Sink, supervise};
@@ -213,6 +213,26 @@ async fn run_plan(
     outcome
 }
 
+/// marsh's own diagnostic: the last stderr line, when it carries marsh's `marsh: `
+/// prefix (marsh prints it last, after the job's bytes, if any).
+fn marsh_diagnostic(op: &Operation) -> Option<String> {
+    let tail = op.output().tail(1, 2000);
+    let text = String::from_utf8_lossy(&tail.stderr);
+    text.trim()
+        .strip_prefix("marsh: ")
+        .map(|line| line.to_owned())
+}
+
+/// Exit 126 is marsh's "spawn blocked", but also what a shell exits with for a command
+/// it found and could not execute. Only an exit 126 whose last stderr line is marsh's
+/// own diagnostic is the backend failing; any other 126 is the command's own result.
+fn spawn_blocked(op: &Operation) -> bool {
+    match op.kind {
+        OpKind::ShellRun | OpKind::Qualify => marsh_diagnostic(op).is_some(),
+        _ => true,
+    }
+}
+
 pub(crate) fn stderr_tail(op: &Operation) -> String {
     let tail = op.output().tail(3, 2000);
     let text = String::from_utf8_lossy(&tail.stderr);
@@ -265,6 +285,11 @@ pub(crate) fn default_verdict(op: &Operation, outcome: &Outcome) -> Verdict {
                 state: OpState::Succeeded,
                 error: None,
             },
+            // marsh could not run the job at all (spawn blocked).
+            (_, Some(EXIT_SPAWN_BLOCKED)) if spawn_blocked(op) => failed(ToolError::new(
+                ErrorKind::BackendFailed,
+                marsh_diagnostic(op).unwrap_or_else(|| stderr_tail(op)),
+            )),
             // A command's own failure is its result, not a server error.
             (OpKind::ShellRun | OpKind::Qualify, _) => Verdict {
                 state: OpState::Failed,

@@ -16,6 +16,8 @@ use crate::supervisor::{Ending, run_captured};
 
 /// marsh's exit status for "refused: work is active".
 pub(crate) const EXIT_BUSY: i32 = 125;
+/// marsh could not run a job: the backend is missing or failed (spawn blocked).
+pub(crate) const EXIT_SPAWN_BLOCKED: i32 = 126;
 /// `results show SEL`: no receipt matches the selector.
 pub(crate) const EXIT_NO_MATCH: i32 = 3;
 /// `results show SEL`: the selector matches several receipts.

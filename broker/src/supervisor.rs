@@ -10,7 +10,12 @@
 //!   child started in its group outlives the supervision;
 //! - pipes are drained for at most [`DRAIN_BOUND`] after the end (a straggler outside
 //!   the group may hold them), and the result says whether they reached end of file;
-//! - memory is bounded by the sink: [`Capture`] keeps a fixed prefix per stream.
+//! - memory is bounded by the sink: [`Capture`] keeps a fixed prefix per stream;
+//! - the child dies with marsh-mcp: it carries `PR_SET_PDEATHSIG(SIGKILL)`, so a
+//!   `marsh -c` (and through the daemon, its job) never outlives a killed server. The
+//!   signal follows the *thread* that spawned the child, so children are only spawned
+//!   from runtime worker threads or a `block_on` caller, never from `spawn_blocking` or
+//!   `block_in_place` threads, which the runtime retires while children still run.
 //!
 //! Rejected alternative: one runner per caller. The queries used to kill only the
 //! leader on timeout and the installers polled `try_wait` from a thread; a stuck
@@ -88,6 +93,7 @@ pub(crate) async fn supervise(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    die_with_parent(&mut cmd);
     let mut child = match cmd.spawn() {
         Ok(child) => child,
         Err(err) => {
@@ -146,6 +152,27 @@ async fn drain(readers: [Option<tokio::task::JoinHandle<()>>; 2]) -> bool {
         }
     }
     drained
+}
+
+/// Makes the child receive SIGKILL when this process's spawning thread ends (for us:
+/// when marsh-mcp dies). A parent that died between fork and the `prctl` is caught by
+/// comparing the parent pid, and the child then fails to start.
+#[allow(unsafe_code)]
+fn die_with_parent(cmd: &mut Command) {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the hook only makes async-signal-safe system calls on integers.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                // No allocation between fork and exec: an errno, not a message.
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
 }
 
 /// SIGINT, SIGTERM, SIGKILL to the group, each followed by a bounded wait.

@@ -4,7 +4,8 @@ use std::io;
 
 /// Every failure the shim reports. `exit_code` maps a variant onto the contract:
 /// `2` usage, `3` no result matches a selector, `4` an ambiguous selector, `125` busy,
-/// the injected code for injected failures, `1` otherwise.
+/// `126` the backend cannot run a job (spawn blocked), the injected code for injected
+/// failures, `1` otherwise.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("usage: {0}")]
@@ -19,6 +20,10 @@ pub enum Error {
     AmbiguousResult(String),
     #[error("injected failure: {verb}")]
     Injected { verb: &'static str, code: i32 },
+    /// No job can run: bubblewrap missing, bad backend settings, the daemon or the
+    /// sandbox cannot start. One line of reason, with the fix when there is one.
+    #[error("backend unavailable: {0}")]
+    Backend(String),
     #[error("{0}")]
     Failed(String),
     #[error("{context}: {source}")]
@@ -46,8 +51,18 @@ impl Error {
             Error::NoResult(_) => 3,
             Error::AmbiguousResult(_) => 4,
             Error::Busy(_) => 125,
+            Error::Backend(_) => 126,
             Error::Injected { code, .. } => *code,
             Error::Failed(_) | Error::Io { .. } | Error::Sys { .. } | Error::Protocol(_) => 1,
+        }
+    }
+
+    /// The same failure, classified as the backend being unable to run a job (an
+    /// injected failure keeps its injected code, a busy answer stays busy).
+    pub fn into_backend(self) -> Self {
+        match self {
+            Error::Backend(_) | Error::Injected { .. } | Error::Busy(_) => self,
+            other => Error::Backend(other.to_string()),
         }
     }
 
@@ -106,6 +121,7 @@ mod tests {
         assert_eq!(Error::NoResult("ab".into()).exit_code(), 3);
         assert_eq!(Error::AmbiguousResult("ab".into()).exit_code(), 4);
         assert_eq!(Error::failed("x").exit_code(), 1);
+        assert_eq!(Error::Backend("x".into()).exit_code(), 126);
         assert_eq!(
             Error::NoResult("ab".into()).to_string(),
             "no result matches ab"

@@ -2,18 +2,22 @@
 //! crate). The binaries in `src/bin/` only call the entry points re-exported here.
 
 mod agent;
+mod backend;
 mod client;
+mod config;
 mod daemon;
 mod error;
 mod home;
 mod inject;
 mod invocation;
 mod kits;
+mod limits;
 mod marshd;
 mod proto;
 mod receipt;
 mod sandbox;
 mod sbx;
+mod seccomp;
 mod seqpacket;
 mod token;
 mod util;

@@ -11,7 +11,7 @@ use clap::{ArgAction, CommandFactory, Parser, Subcommand};
 use crate::util::log;
 use crate::{agent, daemon};
 
-const USAGE: &str = "marshd serve --home HOME --workspace DIR | marshd agent --kit-socket PATH --kit-dir DIR --self PATH | marshd kit-client --socket PATH KIT [ARGS...]";
+const USAGE: &str = "marshd serve --home HOME --workspace DIR | marshd agent --kit-socket PATH --kit-dir DIR --self PATH [--contain] [--nproc N] | marshd container-init | marshd kit-client --socket PATH KIT [ARGS...]";
 
 // The command line. Only `--version` is a flag of its own: there is no `--help` or
 // `help` (they are usage errors), a repeated flag keeps its last value, and a flag's
@@ -52,7 +52,16 @@ enum Mode {
         kit_dir: PathBuf,
         #[arg(long = "self", value_name = "PATH", allow_hyphen_values = true)]
         self_exe: PathBuf,
+        /// Run each job in its own pid and mount namespace (inside bubblewrap).
+        #[arg(long)]
+        contain: bool,
+        /// `RLIMIT_NPROC` for each job (when no control group bounds the scope).
+        #[arg(long, value_name = "N")]
+        nproc: Option<u64>,
     },
+    /// pid 1 of one job's container, started by the agent (channel on fd 0).
+    #[command(name = "container-init", disable_help_flag = true)]
+    ContainerInit,
     /// What a kit wrapper runs: `--socket PATH` first, then the kit's name and its
     /// arguments, all passed on verbatim (`--`, `--help` and `--socket` included).
     #[command(
@@ -105,10 +114,14 @@ pub fn main(args: Vec<OsString>) -> i32 {
             kit_socket,
             kit_dir,
             self_exe,
+            contain,
+            nproc,
         } => match agent::run(agent::AgentPaths {
             kit_socket,
             kit_dir,
             self_exe,
+            contain,
+            nproc,
         }) {
             Ok(()) => 0,
             Err(e) => {
@@ -116,6 +129,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
                 1
             }
         },
+        Mode::ContainerInit => agent::init::main(),
         Mode::KitClient { socket, command } => match command.split_first() {
             Some((kit, kit_args)) => {
                 agent::kit_client::run(&socket, &kit.to_string_lossy(), kit_args)
@@ -201,11 +215,21 @@ mod tests {
                 kit_socket,
                 kit_dir,
                 self_exe,
+                contain,
+                nproc,
             } => {
                 assert_eq!(kit_socket, PathBuf::from("/run/k.sock"));
                 assert_eq!(kit_dir, PathBuf::from("/run/kits"));
                 assert_eq!(self_exe, PathBuf::from("/a"));
+                assert!(!contain);
+                assert_eq!(nproc, None);
             }
+            other => panic!("{other:?}"),
+        }
+        let mut contained = args.to_vec();
+        contained.extend(["--contain", "--nproc", "64"]);
+        match parse(&contained).unwrap().mode {
+            Mode::Agent { contain, nproc, .. } => assert_eq!((contain, nproc), (true, Some(64))),
             other => panic!("{other:?}"),
         }
     }
@@ -296,7 +320,7 @@ mod tests {
             ),
             (
                 &["agent", "--self"],
-                "Usage: marshd agent --kit-socket <PATH> --kit-dir <DIR> --self <PATH>",
+                "Usage: marshd agent [OPTIONS] --kit-socket <PATH> --kit-dir <DIR> --self <PATH>",
             ),
             (
                 &["kit-client", "--socket"],

@@ -13,11 +13,12 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::backend::BackendReport;
 use crate::error::{Error, Result};
 use crate::seqpacket::SeqPacket;
 
 /// Bumped whenever a message changes shape; both ends must agree.
-pub const PROTO_VERSION: u32 = 1;
+pub const PROTO_VERSION: u32 = 2;
 
 /// A byte string carried as base64 text.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -89,7 +90,7 @@ pub enum Reply {
         version: String,
     },
     Status {
-        status: StatusReport,
+        status: Box<StatusReport>,
     },
     Finished {
         receipt_id: String,
@@ -109,31 +110,36 @@ pub enum Reply {
         names: Vec<String>,
     },
     Error {
-        busy: bool,
+        class: ErrorClass,
         message: String,
     },
 }
 
+/// Which exit code an error reply maps onto on the client's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    Busy,
+    Backend,
+    Failed,
+}
+
 impl Reply {
     pub fn from_error(err: &Error) -> Self {
-        match err {
-            Error::Busy(what) => Reply::Error {
-                busy: true,
-                message: what.clone(),
-            },
-            other => Reply::Error {
-                busy: false,
-                message: other.to_string(),
-            },
-        }
+        let (class, message) = match err {
+            Error::Busy(what) => (ErrorClass::Busy, what.clone()),
+            Error::Backend(why) => (ErrorClass::Backend, why.clone()),
+            other => (ErrorClass::Failed, other.to_string()),
+        };
+        Reply::Error { class, message }
     }
 
     /// Turns an error reply back into the error it reports.
-    pub fn into_error(busy: bool, message: String) -> Error {
-        if busy {
-            Error::Busy(message)
-        } else {
-            Error::Failed(message)
+    pub fn into_error(class: ErrorClass, message: String) -> Error {
+        match class {
+            ErrorClass::Busy => Error::Busy(message),
+            ErrorClass::Backend => Error::Backend(message),
+            ErrorClass::Failed => Error::Failed(message),
         }
     }
 }
@@ -147,6 +153,7 @@ pub struct StatusReport {
     pub workers: Vec<WorkerReport>,
     pub active_jobs: usize,
     pub workspace: Option<String>,
+    pub backend: BackendReport,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -166,6 +173,37 @@ pub struct WorkerReport {
     pub name: String,
     pub state: String,
     pub active_jobs: usize,
+}
+
+/// agent -> the init of one job's container (`marshd container-init`).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ToInit {
+    /// Start `/bin/sh -c command`; the record carries stdout and stderr descriptors.
+    Run {
+        command: Bytes,
+        cwd: Bytes,
+        env: Vec<EnvVar>,
+        /// `RLIMIT_NPROC` for the job, when no control group bounds the scope.
+        nproc: Option<u64>,
+    },
+}
+
+/// The init of one job's container -> agent.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum FromInit {
+    /// The container is set up and waits for a job.
+    Ready,
+    /// The container could not be set up (init exits; only ever sent before `Ready`).
+    Failed { message: String },
+    /// The job could not start; the container is empty and waits for another job.
+    NotStarted { message: String },
+    /// The job's shell ended and the container is empty again.
+    Ended {
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+    },
 }
 
 /// `marshd` -> agent.
@@ -209,6 +247,11 @@ pub enum FromAgent {
         signal: Option<i32>,
     },
     SpawnFailed {
+        job: u64,
+        message: String,
+    },
+    /// The job's container died under it without a cancel: the backend failed.
+    Lost {
         job: u64,
         message: String,
     },

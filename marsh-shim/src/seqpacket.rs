@@ -56,6 +56,21 @@ impl SeqPacket {
         Ok((a, b))
     }
 
+    /// Takes the socket a parent left on fd 0 (close-on-exec from now on) and puts
+    /// `/dev/null` on fd 0, so that nothing this process starts inherits the socket.
+    pub fn take_stdin() -> Result<Self> {
+        let fd = nix::unistd::dup(std::io::stdin().as_fd())
+            .context(|| "duplicating the socket on fd 0".to_string())?;
+        nix::fcntl::fcntl(
+            &fd,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )
+        .context(|| "marking the socket close-on-exec".to_string())?;
+        let null = std::fs::File::open("/dev/null").context(|| "opening /dev/null".to_string())?;
+        nix::unistd::dup2_stdin(&null).context(|| "replacing fd 0".to_string())?;
+        Ok(Self::from_fd(fd))
+    }
+
     /// Wraps an already connected `SOCK_SEQPACKET` descriptor.
     pub fn from_fd(fd: OwnedFd) -> Self {
         Self { fd }

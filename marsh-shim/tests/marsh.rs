@@ -492,20 +492,38 @@ fn failure_and_hang_injection() {
 }
 
 #[test]
-fn missing_bwrap_refuses_unless_unconfined() {
-    let mut env = Env::new();
-    env.set_env("MARSH_SHIM_BWRAP", "/nonexistent/bwrap");
-    let out = env.run("true");
-    assert_eq!(code(&out), 1);
-    assert!(
-        stderr(&out).contains("MARSH_SHIM_UNCONFINED=1"),
-        "{}",
-        stderr(&out)
+fn missing_bwrap_is_spawn_blocked_unless_unconfined() {
+    let env = Env::new();
+    env.settings(r#"{"idle_secs": 60, "bwrap": "/nonexistent/bwrap"}"#);
+    let status = env.status();
+    assert_eq!(status["backend"]["healthy"], false, "{status}");
+    assert_eq!(
+        status["backend"]["fix"],
+        "install bubblewrap (apt-get install bubblewrap)"
     );
-    env.set_env("MARSH_SHIM_UNCONFINED", "1");
+    let out = env.run("true");
+    assert_eq!(code(&out), 126, "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "one line of reason: {err}");
+    assert!(err.starts_with("marsh: backend unavailable: "), "{err}");
+    assert!(err.contains("apt-get install bubblewrap"), "{err}");
+    assert_eq!(env.status()["daemon"]["state"], "absent", "nothing booted");
+    env.settings(r#"{"idle_secs": 60, "bwrap": "/nonexistent/bwrap", "unconfined": true}"#);
     let out = env.run("echo unconfined");
     assert_eq!(stdout(&out), "unconfined\n", "{}", stderr(&out));
     assert_eq!(env.status()["shell"]["isolation"], "unconfined");
+    assert_eq!(env.status()["backend"]["isolation"], "unconfined");
+}
+
+#[test]
+fn malformed_settings_are_spawn_blocked_and_reported() {
+    let env = Env::new();
+    env.settings(r#"{"idle_secs": "soon"}"#);
+    let out = env.run("true");
+    assert_eq!(code(&out), 126, "{}", stderr(&out));
+    assert!(stderr(&out).contains("malformed"), "{}", stderr(&out));
+    let status = env.status();
+    assert_eq!(status["backend"]["healthy"], false, "{status}");
 }
 
 #[test]
@@ -529,8 +547,8 @@ fn deep_homes_work_and_the_daemon_leaves_with_its_home() {
 
 #[test]
 fn idle_daemon_exits_by_itself() {
-    let mut env = Env::new();
-    env.set_env("MARSH_SHIM_IDLE_SECS", "1");
+    let env = Env::new();
+    env.settings(r#"{"idle_secs": 1}"#);
     assert_eq!(code(&env.run("true")), 0);
     let pid = env.daemon_pid().unwrap();
     common::wait_gone(pid);

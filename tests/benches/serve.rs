@@ -4,6 +4,9 @@
 //! 2. `shell_run {command: "true"}` inline round trip (median, p99 of 300) against a
 //!    bare `marsh -c true` of the stand-in on the same warm home, as a ratio.
 //! 3. `shell_run` of a command printing 100 MB: throughput and marsh-mcp peak RSS.
+//! 4. With `MARSH_BENCH_BASELINE=DIR` (a directory holding another build's `marsh-mcp`,
+//!    `marsh`, `marshd`, `sbx`): `shell_run true` of this build and of that one side by
+//!    side, interleaved in blocks of 50 so that machine noise hits both alike.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::process::{Command, Stdio};
@@ -95,6 +98,10 @@ fn main() {
         ms(rtt_median) / ms(bare_median)
     );
 
+    if let Some(dir) = std::env::var_os("MARSH_BENCH_BASELINE") {
+        side_by_side(&mut s, std::path::Path::new(&dir));
+    }
+
     // 3. 100 MB of output
     let before = vm_hwm_kib(s.pid()).unwrap_or(0);
     let t = Instant::now();
@@ -123,5 +130,41 @@ fn main() {
         bytes as f64 / 1e6 / elapsed.as_secs_f64(),
         peak as f64 / 1024.0,
         before as f64 / 1024.0
+    );
+}
+
+/// Section 4: this build's server `current` against a baseline build in `dir`.
+fn side_by_side(current: &mut Server, dir: &std::path::Path) {
+    let sb = Sandbox::new();
+    let bin = tempfile::tempdir().unwrap();
+    for name in ["marsh-mcp", "marsh", "marshd", "sbx"] {
+        std::fs::copy(dir.join(name), bin.path().join(name)).expect("baseline binary");
+    }
+    let mut args = sb.serve_home_args(&[]);
+    args[6] = bin.path().join("sbx").display().to_string();
+    let mut baseline = Server::spawn(sb.marsh_mcp_at(&bin.path().join("marsh-mcp"), &args, &[]));
+    baseline.initialize();
+    for _ in 0..20 {
+        baseline.ok("shell_run", json!({"command": "true"}));
+    }
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..6 {
+        for (server, samples) in [(&mut *current, &mut ours), (&mut baseline, &mut theirs)] {
+            for _ in 0..50 {
+                let t = Instant::now();
+                let data = server.ok("shell_run", json!({"command": "true"}));
+                samples.push(t.elapsed());
+                assert_eq!(data["exit_code"], 0);
+            }
+        }
+    }
+    let (a, b) = (percentile(&mut ours, 0.5), percentile(&mut theirs, 0.5));
+    println!(
+        "side by side, shell_run true (n=300 each, interleaved): this build median {:.2} ms, p99 {:.2} ms; baseline median {:.2} ms, p99 {:.2} ms; ratio {:.3}",
+        ms(a),
+        ms(percentile(&mut ours, 0.99)),
+        ms(b),
+        ms(percentile(&mut theirs, 0.99)),
+        ms(a) / ms(b)
     );
 }

@@ -51,7 +51,7 @@ async def main():
     params = StdioServerParameters(
         command=os.path.join(bin_dir, "marsh-mcp"),
         args=["serve", "--workspace", workspace, "--scope-root", root, "--sbx", os.path.join(bin_dir, "sbx")],
-        env={"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"), "MARSH_SHIM_IDLE_SECS": "60"},
+        env={"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")},
         cwd=workspace,
     )
     async with stdio_client(params) as (read, write):
@@ -62,12 +62,19 @@ async def main():
             tools = await session.list_tools()
             print("tools:", ", ".join(t.name for t in tools.tools))
 
-            show("doctor", await call(session, "doctor"))
+            doctor = show("doctor", await call(session, "doctor"))
+            for check in doctor["data"]["checks"]:
+                if check["name"] == "isolation":
+                    print(f"  sandbox: {check['detail']}")
             show("shell_run: where am I, who am I", await call(session, "shell_run", {"command": "pwd; id -un; uname -s"}))
             show("shell_run: separate streams and a nonzero exit",
                  await call(session, "shell_run", {"command": "echo to-stdout; echo to-stderr >&2; exit 3"}))
             show("shell_run: bytes that are not UTF-8", await call(session, "shell_run", {"command": r"printf 'ok \377\376'"}))
             show("shell_run: the sandbox hides the scope root", await call(session, "shell_run", {"command": f"ls {root} 2>&1; echo exit=$?"}))
+            show("shell_run: no host privilege (set-id bits, kernel settings, processes)",
+                 await call(session, "shell_run", {"command":
+                     "chmod u+s README.txt 2>&1; (echo x > /proc/sys/kernel/core_pattern) 2>&1; "
+                     "grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; ps -e | wc -l"}))
             show("status", await call(session, "status"))
             listed = show("results_list (newest 3)", await call(session, "results_list", {"limit": 3}))
             for r in listed["data"]["results"]:

@@ -148,6 +148,24 @@ impl Sandbox {
             })
     }
 
+    /// The pid recorded by the running broker.
+    pub fn broker_pid(&self) -> i32 {
+        fs::read_to_string(self.broker_dir().expect("a broker dir").join("broker.pid"))
+            .expect("broker.pid")
+            .trim()
+            .parse()
+            .expect("a pid")
+    }
+
+    /// SIGKILLs the running broker.
+    pub fn kill_broker(&self) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.broker_pid()),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("kill the broker");
+    }
+
     /// `<verb> --workspace W --scope-root R --sbx S` (plus `extra`) for broker modes.
     pub fn broker_args(&self, verb: &str, extra: &[&str]) -> Vec<String> {
         let mut args = self.serve_root_args(extra);
@@ -202,7 +220,6 @@ impl Sandbox {
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", self.state().join("user"))
-            .env("MARSH_SHIM_IDLE_SECS", "120")
             .env("XDG_RUNTIME_DIR", self.runtime_base())
             .current_dir(self.workspace());
         for (k, v) in env {

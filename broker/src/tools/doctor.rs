@@ -15,6 +15,61 @@ fn check(name: &str, ok: bool, detail: impl Into<String>) -> Value {
     json!({"name": name, "ok": ok, "detail": detail.into()})
 }
 
+/// The `isolation` check from `status.backend`, which marsh reports before any job is
+/// tried (no daemon needed): healthy only under bubblewrap, naming the network and
+/// the limits in force; otherwise the problem and its fix.
+fn backend_check(backend: Option<&Value>) -> Value {
+    let Some(backend) = backend else {
+        return check(
+            "isolation",
+            false,
+            "marsh status does not report its backend",
+        );
+    };
+    let text = |pointer: &str| backend.pointer(pointer).and_then(Value::as_str);
+    let number = |pointer: &str| backend.pointer(pointer).and_then(Value::as_u64);
+    if backend.get("healthy").and_then(Value::as_bool) != Some(true) {
+        return check(
+            "isolation",
+            false,
+            format!(
+                "{}; fix: {}",
+                text("/problem").unwrap_or("the backend cannot run jobs"),
+                text("/fix").unwrap_or("see the marsh-shim README")
+            ),
+        );
+    }
+    let network = text("/network").unwrap_or("unknown");
+    let limits = format!(
+        "limits by {}: {} processes, {} MiB",
+        text("/limits/mechanism").unwrap_or("unknown"),
+        number("/limits/pids_max").map_or("?".into(), |n| n.to_string()),
+        number("/limits/memory_max_bytes").map_or("?".into(), |n| (n >> 20).to_string()),
+    );
+    if backend.pointer("/limits/enforced").and_then(Value::as_bool) == Some(false) {
+        return check(
+            "isolation",
+            false,
+            format!(
+                "{limits} do not bound processes for a root server; fix: give the server a writable cgroup (v2 with the pids controller, or v1 pids)"
+            ),
+        );
+    }
+    match text("/isolation") {
+        Some("bwrap") => check(
+            "isolation",
+            true,
+            format!("jobs run under bubblewrap; network {network}; {limits}"),
+        ),
+        Some(other) => check(
+            "isolation",
+            false,
+            format!("jobs run {other} (the explicit opt-in); network {network}; {limits}"),
+        ),
+        None => check("isolation", false, "marsh status names no isolation"),
+    }
+}
+
 pub(crate) async fn doctor(ctx: &ServerContext) -> ToolResult {
     let mut checks = Vec::new();
     for pin in ctx.driver.pins() {
@@ -41,21 +96,7 @@ pub(crate) async fn doctor(ctx: &ServerContext) -> ToolResult {
     let isolation = match home {
         Ok(home) if default.state() == ScopeState::Ready => {
             match ctx.driver.query_json(&Verb::Status, &home).await {
-                Ok(status) => match status.pointer("/shell/isolation").and_then(Value::as_str) {
-                    Some("bwrap") => {
-                        check("isolation", true, "project shell runs under bubblewrap")
-                    }
-                    Some(other) => check(
-                        "isolation",
-                        false,
-                        format!("project shell isolation is {other}"),
-                    ),
-                    None => check(
-                        "isolation",
-                        true,
-                        "project shell not booted yet; isolation is checked at boot",
-                    ),
-                },
+                Ok(status) => backend_check(status.get("backend")),
                 Err(e) => check("isolation", false, e.message),
             }
         }

@@ -25,7 +25,7 @@ pub(crate) const LIFECYCLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Runtime fields passed through from `marsh status`; anything else (host paths in
 /// particular) stays on the host.
-const RUNTIME_FIELDS: &[&str] = &["daemon", "shell", "workers", "active_jobs"];
+const RUNTIME_FIELDS: &[&str] = &["daemon", "shell", "workers", "active_jobs", "backend"];
 /// Receipt fields that are never shown to a caller.
 const HIDDEN_RECEIPT_FIELDS: &[&str] = &["workspace", "home"];
 
@@ -299,7 +299,25 @@ pub(crate) async fn run(ctx: &Arc<ServerContext>, call: Call<'_>, view: &ScopeVi
     let opts = ViewOptions {
         include_base64: a.include_base64.unwrap_or(false),
     };
-    Ok(report(&op, wait, call.request, max_bytes, opts).await)
+    let data = report(&op, wait, call.request, max_bytes, opts).await;
+    never_ran(&op)?;
+    Ok(data)
+}
+
+/// A run the backend could not start at all (marsh's spawn-blocked exit) is an error
+/// of the call, never `ok: true` with a failed state. The operation stays readable by
+/// its id, which the message names.
+fn never_ran(op: &Operation) -> Result<(), ToolError> {
+    let status = op.status();
+    match status.error {
+        Some(error) if status.state.is_terminal() && error.kind == ErrorKind::BackendFailed => {
+            Err(ToolError::new(
+                error.kind,
+                format!("{} (operation {})", error.message, op.id),
+            ))
+        }
+        _ => Ok(()),
+    }
 }
 
 pub(crate) async fn workers(

@@ -2,12 +2,15 @@
 //! sandbox's main process; it receives its daemon channel over a bootstrap socket on
 //! fd 0 (see [`take_channel`]).
 //!
-//! It forks `/bin/sh -c CMD` per job (own process group, cwd = workspace, the fixed
-//! job environment, stdout/stderr = the caller's descriptors), reports each exit, kills
-//! a job's process group on cancel, and relays kit requests from a sandbox-private
+//! It starts `/bin/sh -c CMD` per job (cwd = workspace, the fixed job environment,
+//! stdout/stderr = the caller's descriptors) in the job's own container (see
+//! [`container`]; unconfined, in its own process group), reports each exit, ends a
+//! job's container (or group) on cancel, and relays kit requests from a sandbox-private
 //! socket to the daemon. It holds no daemon credential: its only authority is the
 //! inherited channel, which can start jobs' kits and report exits, nothing more.
 
+mod container;
+pub mod init;
 pub mod kit_client;
 mod kit_server;
 
@@ -19,7 +22,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, mpsc};
 
@@ -37,13 +40,37 @@ pub struct AgentPaths {
     pub kit_dir: PathBuf,
     /// The agent binary as seen from inside the sandbox (wrappers exec it).
     pub self_exe: PathBuf,
+    /// Each job in its own pid and mount namespace (bubblewrap only: it needs the
+    /// agent's namespace-local capabilities).
+    pub contain: bool,
+    /// `RLIMIT_NPROC` of each job, when no control group bounds the scope.
+    pub nproc: Option<u64>,
 }
 
+/// One job, from the moment the daemon asked for it.
 struct JobSlot {
-    pgid: Pid,
+    /// The job's init (contained) or process-group leader; `None` while starting.
+    pid: Option<Pid>,
+    contained: bool,
+    /// A cancel that arrived while the job was starting; honoured once `pid` is known.
+    cancelled: bool,
     /// Set once the leader's exit has been observed. Until then the leader is at
-    /// worst an unreaped zombie, so `pgid` cannot have been recycled.
+    /// worst an unreaped zombie, so `pid` cannot have been recycled.
     exited: bool,
+}
+
+impl JobSlot {
+    /// Ends everything the job started: its whole pid namespace via init, or its
+    /// process group.
+    fn kill(&self) {
+        match (self.pid, self.exited) {
+            (Some(pid), false) if self.contained => {
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+            (Some(pid), false) => util::kill_group(pid),
+            _ => {}
+        }
+    }
 }
 
 pub(crate) struct Agent {
@@ -53,6 +80,33 @@ pub(crate) struct Agent {
     kit_waiters: Mutex<HashMap<u64, mpsc::Sender<KitReply>>>,
     next_kit_req: AtomicU64,
     wrappers: Mutex<Vec<String>>,
+    /// Spare job containers (only when jobs are contained).
+    containers: Option<container::Pool>,
+}
+
+/// How a job ended, as reported to the daemon.
+enum JobEnd {
+    Ended(container::Ending),
+    /// It never started.
+    NotStarted(String),
+    /// Its container died under it, not by a cancel.
+    Lost(String),
+}
+
+/// The ending of a job killed by a cancel.
+const KILLED: container::Ending = container::Ending {
+    exit_code: None,
+    signal: Some(libc::SIGKILL),
+};
+
+/// One job as the daemon asked for it.
+struct JobRequest {
+    job: u64,
+    command: Bytes,
+    cwd: Bytes,
+    env: Vec<EnvVar>,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
 }
 
 /// Runs the agent until the daemon channel closes; then kills every job and returns.
@@ -64,11 +118,14 @@ pub fn run(paths: AgentPaths) -> Result<()> {
 
     let agent = Arc::new(Agent {
         chan,
-        paths,
         jobs: Mutex::new(HashMap::new()),
         kit_waiters: Mutex::new(HashMap::new()),
         next_kit_req: AtomicU64::new(1),
         wrappers: Mutex::new(Vec::new()),
+        containers: paths
+            .contain
+            .then(|| container::Pool::new(paths.self_exe.clone())),
+        paths,
     });
     let listener = agent.prepare_kit_socket()?;
     {
@@ -98,16 +155,7 @@ pub fn run(paths: AgentPaths) -> Result<()> {
 /// take a copy of anything on it. All it keeps is the spent bootstrap socket, whose
 /// daemon end is closed once the channel has been handed over.
 fn take_channel() -> Result<SeqPacket> {
-    let bootstrap = nix::unistd::dup(std::io::stdin().as_fd())
-        .context(|| "duplicating the bootstrap socket".to_string())?;
-    nix::fcntl::fcntl(
-        &bootstrap,
-        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
-    )
-    .context(|| "marking the bootstrap socket close-on-exec".to_string())?;
-    let null = fs::File::open("/dev/null").context(|| "opening /dev/null".to_string())?;
-    nix::unistd::dup2_stdin(&null).context(|| "replacing fd 0".to_string())?;
-    let bootstrap = SeqPacket::from_fd(bootstrap);
+    let bootstrap = SeqPacket::take_stdin()?;
     bootstrap.set_recv_timeout(Some(std::time::Duration::from_secs(10)))?;
     let message = bootstrap
         .recv()?
@@ -151,9 +199,14 @@ impl Agent {
                     self.sync_wrappers(&kits);
                     let mut fds = fds.into_iter();
                     match (fds.next(), fds.next()) {
-                        (Some(stdout), Some(stderr)) => {
-                            self.start_job(job, &command, &cwd, &env, stdout, stderr)
-                        }
+                        (Some(stdout), Some(stderr)) => self.start_job(JobRequest {
+                            job,
+                            command,
+                            cwd,
+                            env,
+                            stdout,
+                            stderr,
+                        }),
                         _ => self.report(FromAgent::SpawnFailed {
                             job,
                             message: "job request without stdout and stderr".into(),
@@ -180,102 +233,226 @@ impl Agent {
         }
     }
 
-    fn start_job(
-        self: &Arc<Self>,
-        job: u64,
-        command: &Bytes,
-        cwd: &Bytes,
-        env: &[EnvVar],
-        stdout: OwnedFd,
-        stderr: OwnedFd,
-    ) {
-        let env: Vec<(&OsStr, &OsStr)> = env
+    fn start_job(self: &Arc<Self>, request: JobRequest) {
+        if let Some(home) = request
+            .env
             .iter()
-            .map(|v| (OsStr::from_bytes(&v.name.0), OsStr::from_bytes(&v.value.0)))
-            .collect();
-        if let Some((_, home)) = env.iter().find(|(k, _)| *k == "HOME") {
-            let home = Path::new(home);
-            if home.is_absolute() && !home.exists() {
-                // Best effort (the sandbox root is read-only): a later caller may bring
-                // a HOME the sandbox was not booted with; under /tmp it can be created.
-                let _ = fs::create_dir_all(home);
-            }
+            .find(|v| v.name.0 == b"HOME")
+            .map(|v| Path::new(OsStr::from_bytes(&v.value.0)))
+            && home.is_absolute()
+            && !home.exists()
+        {
+            // Best effort (the sandbox root is read-only): a later caller may bring a
+            // HOME the sandbox was not booted with; under /tmp it can be created.
+            let _ = fs::create_dir_all(home);
         }
-        let spawned = Command::new("/bin/sh")
-            .arg("-c")
-            .arg(OsStr::from_bytes(&command.0))
-            .env_clear()
-            .envs(env)
-            .current_dir(OsStr::from_bytes(&cwd.0))
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(stdout))
-            .stderr(Stdio::from(stderr))
-            .spawn();
-        let child = match spawned {
-            Ok(child) => child,
-            Err(e) => {
-                self.report(FromAgent::SpawnFailed {
-                    job,
-                    message: format!("starting /bin/sh: {e}"),
-                });
-                return;
-            }
-        };
-        let pgid = util::child_pid(&child);
+        let job = request.job;
         lock(&self.jobs).insert(
             job,
             JobSlot {
-                pgid,
+                pid: None,
+                contained: self.containers.is_some(),
+                cancelled: false,
                 exited: false,
             },
         );
         let agent = Arc::clone(self);
-        let waiter = std::thread::Builder::new()
+        // A thread per job: it starts the job (a container may need a thread of its
+        // own, see `container::Pool::take`) and waits for it.
+        let runner = std::thread::Builder::new()
             .name(format!("job-{job}"))
-            .spawn(move || agent.wait_job(job, child));
-        if let Err(e) = waiter {
-            // Without a waiter nobody would report this job: kill it and report now.
-            util::kill_group(pgid);
+            .spawn(move || agent.run_job(request));
+        if let Err(e) = runner {
             lock(&self.jobs).remove(&job);
             self.report(FromAgent::SpawnFailed {
                 job,
-                message: format!("starting a job waiter: {e}"),
+                message: format!("starting a job thread: {e}"),
             });
         }
     }
 
-    fn wait_job(&self, job: u64, mut child: Child) {
-        let pid = util::child_pid(&child);
-        util::wait_exit_unreaped(pid);
+    fn run_job(&self, request: JobRequest) {
+        let job = request.job;
+        let Some(pool) = &self.containers else {
+            let end = match self.run_grouped(request) {
+                Ok(ending) => JobEnd::Ended(ending),
+                Err(message) => JobEnd::NotStarted(message),
+            };
+            self.finish(job, end);
+            return;
+        };
+        let mut contained = match self.start_contained(pool, &request) {
+            Err(message) => {
+                self.finish(job, JobEnd::NotStarted(message));
+                return;
+            }
+            Ok(None) => {
+                // Cancelled before it started: nothing ran.
+                self.finish(job, JobEnd::Ended(KILLED));
+                return;
+            }
+            Ok(Some(contained)) => contained,
+        };
+        drop(request);
+        match contained.wait_report() {
+            container::Report::Ended(ending) => {
+                self.finish_and_recycle(pool, job, contained, JobEnd::Ended(ending));
+            }
+            container::Report::NotStarted(message) => {
+                let end = JobEnd::NotStarted(format!("starting the job: {message}"));
+                self.finish_and_recycle(pool, job, contained, end);
+            }
+            container::Report::Died => {
+                let cancelled = lock(&self.jobs).get(&job).is_some_and(|s| s.cancelled);
+                // The ending is reported only once the namespace is empty.
+                contained.close();
+                let end = if cancelled {
+                    JobEnd::Ended(KILLED)
+                } else {
+                    JobEnd::Lost("the job's container died while the job ran".into())
+                };
+                self.finish(job, end);
+            }
+        }
+    }
+
+    /// Reports the end, then returns the (empty) container to the pool unless a kill
+    /// may have reached it.
+    fn finish_and_recycle(
+        &self,
+        pool: &container::Pool,
+        job: u64,
+        contained: container::Contained,
+        end: JobEnd,
+    ) {
+        // After `finish` no cancel can reach this init any more.
+        if self.finish(job, end) {
+            contained.close();
+            return;
+        }
+        match contained.into_warm() {
+            Ok(warm) => {
+                if let Some(surplus) = pool.give_back(warm) {
+                    surplus.close();
+                }
+            }
+            Err(dead) => dead.close(),
+        }
+    }
+
+    /// Forgets the job (a later cancel is a no-op) and reports how it ended. Returns
+    /// whether a kill was ever sent to it.
+    fn finish(&self, job: u64, end: JobEnd) -> bool {
+        let killed = lock(&self.jobs)
+            .remove(&job)
+            .is_some_and(|slot| slot.cancelled && slot.pid.is_some());
+        self.report(match end {
+            JobEnd::Ended(ending) => FromAgent::Exited {
+                job,
+                exit_code: ending.exit_code,
+                signal: ending.signal,
+            },
+            JobEnd::NotStarted(message) => FromAgent::SpawnFailed { job, message },
+            JobEnd::Lost(message) => FromAgent::Lost { job, message },
+        });
+        killed
+    }
+
+    /// Records the job's pid for cancels, honouring one that arrived while it started.
+    fn started(&self, job: u64, pid: Pid) {
         if let Some(slot) = lock(&self.jobs).get_mut(&job) {
+            slot.pid = Some(pid);
+            if slot.cancelled {
+                slot.kill();
+            }
+        }
+    }
+
+    /// Hands the job to a ready container; `Ok(None)` when it was cancelled before it
+    /// could start. An idle container that died meanwhile is replaced once.
+    fn start_contained(
+        &self,
+        pool: &container::Pool,
+        request: &JobRequest,
+    ) -> std::result::Result<Option<container::Contained>, String> {
+        let starting = |e: Error| format!("starting the job's container: {e}");
+        let warm = pool.take().map_err(starting)?;
+        if lock(&self.jobs)
+            .get(&request.job)
+            .is_some_and(|s| s.cancelled)
+        {
+            if let Some(surplus) = pool.give_back(warm) {
+                surplus.close();
+            }
+            return Ok(None);
+        }
+        let run = |warm: container::Warm| {
+            warm.run(
+                &request.command,
+                &request.cwd,
+                request.env.clone(),
+                self.paths.nproc,
+                [request.stdout.as_fd(), request.stderr.as_fd()],
+            )
+        };
+        let contained = match run(warm) {
+            Ok(contained) => contained,
+            Err(_) => pool.prepare_now().and_then(run).map_err(starting)?,
+        };
+        self.started(request.job, util::child_pid(&contained.init));
+        Ok(Some(contained))
+    }
+
+    fn run_grouped(&self, request: JobRequest) -> std::result::Result<container::Ending, String> {
+        let env = request
+            .env
+            .iter()
+            .map(|v| (OsStr::from_bytes(&v.name.0), OsStr::from_bytes(&v.value.0)));
+        let spawned = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(OsStr::from_bytes(&request.command.0))
+            .env_clear()
+            .envs(env)
+            .current_dir(OsStr::from_bytes(&request.cwd.0))
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(request.stdout))
+            .stderr(Stdio::from(request.stderr))
+            .spawn();
+        let mut child = spawned.map_err(|e| format!("starting /bin/sh: {e}"))?;
+        let pid = util::child_pid(&child);
+        self.started(request.job, pid);
+        util::wait_exit_unreaped(pid);
+        if let Some(slot) = lock(&self.jobs).get_mut(&request.job) {
             slot.exited = true;
         }
         // The leader is still an unreaped zombie here, so the group id is ours: kill
         // whatever the job left behind in its process group.
         util::kill_group(pid);
-        let (exit_code, signal) = match child.wait() {
-            Ok(status) => (status.code(), status.signal()),
-            Err(_) => (None, None),
-        };
-        lock(&self.jobs).remove(&job);
-        self.report(FromAgent::Exited {
-            job,
-            exit_code,
-            signal,
-        });
+        Ok(match child.wait() {
+            Ok(status) => container::Ending {
+                exit_code: status.code(),
+                signal: status.signal(),
+            },
+            Err(_) => container::Ending {
+                exit_code: None,
+                signal: None,
+            },
+        })
     }
 
     fn cancel(&self, job: u64) {
-        let jobs = lock(&self.jobs);
-        if let Some(slot) = jobs.get(&job).filter(|s| !s.exited) {
-            util::kill_group(slot.pgid);
+        let mut jobs = lock(&self.jobs);
+        if let Some(slot) = jobs.get_mut(&job) {
+            slot.cancelled = true;
+            slot.kill();
         }
     }
 
     fn kill_all(&self) {
-        for slot in lock(&self.jobs).values().filter(|s| !s.exited) {
-            util::kill_group(slot.pgid);
+        for slot in lock(&self.jobs).values_mut() {
+            slot.cancelled = true;
+            slot.kill();
         }
         for (_, waiter) in lock(&self.kit_waiters).drain() {
             let _ = waiter.send(KitReply::Failed {

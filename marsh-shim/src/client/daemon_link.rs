@@ -25,17 +25,9 @@ const BOOT_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 const QUICK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Rotate the daemon log beyond this size at boot.
 const LOG_ROTATE_BYTES: u64 = 1 << 20;
-/// Variables a booted daemon inherits from `marsh`; everything else is dropped.
-const DAEMON_ENV: [&str; 8] = [
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "LANG",
-    "MARSH_SHIM_IDLE_SECS",
-    "MARSH_SHIM_UNCONFINED",
-    "MARSH_SHIM_BWRAP",
-];
+/// Variables a booted daemon inherits from `marsh`; everything else is dropped (its
+/// settings come from `backend.json`, see `config`).
+const DAEMON_ENV: [&str; 5] = ["PATH", "HOME", "USER", "LOGNAME", "LANG"];
 
 /// An authenticated connection with one request sent on it.
 pub struct Link {
@@ -47,7 +39,7 @@ impl Link {
     /// Waits for the daemon's reply; an error reply becomes the error it reports.
     pub fn reply(&self) -> Result<Reply> {
         match proto::recv::<Reply>(&self.sock)? {
-            Some((Reply::Error { busy, message }, _)) => Err(Reply::into_error(busy, message)),
+            Some((Reply::Error { class, message }, _)) => Err(Reply::into_error(class, message)),
             Some((reply, _)) => Ok(reply),
             None => Err(Error::failed(
                 "the daemon closed the connection without answering",
@@ -249,7 +241,12 @@ fn last_daemon_error(home: &Home) -> Option<String> {
     String::from_utf8_lossy(&tail)
         .lines()
         .rev()
-        .find_map(|l| l.strip_prefix("marshd: ").map(str::to_string))
+        .find_map(|l| l.strip_prefix("marshd: "))
+        .map(|l| {
+            l.strip_prefix("backend unavailable: ")
+                .unwrap_or(l)
+                .to_string()
+        })
 }
 
 /// A binary installed beside the running `marsh`.

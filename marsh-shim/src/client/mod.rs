@@ -57,7 +57,7 @@ fn dispatch(argv: &[OsString], env: &[(OsString, OsString)]) -> Result<i32> {
         Command::Run { command, load } => {
             return run::run(&home, &cwd, env, &command, load.as_ref());
         }
-        Command::Status => verbs::status(&home)?,
+        Command::Status => verbs::status(&home, var("HOME").as_ref())?,
         Command::Results => verbs::results(&home)?,
         Command::Show(selector) => verbs::show(&home, &selector)?,
         Command::WorkersReset(selection) => verbs::workers_reset(&home, &selection)?,

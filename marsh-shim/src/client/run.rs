@@ -16,6 +16,7 @@ use std::time::Duration;
 use nix::sys::signal::{SigSet, Signal};
 
 use super::daemon_link::{self, Link};
+use crate::backend;
 use crate::error::{Context, Error, Result};
 use crate::home::Home;
 use crate::inject::{self, Verb};
@@ -36,8 +37,13 @@ pub fn run(
     inject::check(home, Verb::Run)?;
     let workspace =
         std::fs::canonicalize(cwd).context(|| format!("resolving {}", cwd.display()))?;
-    daemon_link::ensure_daemon(home, &workspace, env)?;
+    // A backend that cannot run a job is reported before a daemon is tried, and a daemon
+    // that cannot start is the backend failing too: both exit 126 (spawn blocked).
+    let user_home = env.iter().find(|(k, _)| k == "HOME").map(|(_, v)| v);
+    backend::assess(home, user_home, Some(&workspace))?;
+    let boot = || daemon_link::ensure_daemon(home, &workspace, env).map_err(Error::into_backend);
     if let Some(selection) = load {
+        boot()?;
         inject::check(home, Verb::Load)?;
         let op = Op::Load {
             selection: selection.to_text(),
@@ -50,14 +56,22 @@ pub fn run(
     signals
         .thread_block()
         .context(|| "blocking cancellation signals".to_string())?;
-    let op = Op::Run {
+    let op = || Op::Run {
         command: Bytes(command.as_bytes().to_vec()),
         cwd: Bytes(workspace.as_os_str().as_bytes().to_vec()),
         env: caller_env(env),
     };
     let (stdout, stderr) = (std::io::stdout(), std::io::stderr());
-    let link = daemon_link::send(home, op, &[stdout.as_fd(), stderr.as_fd()])?
-        .ok_or_else(daemon_vanished)?;
+    let stdio = [stdout.as_fd(), stderr.as_fd()];
+    // The fast path: a running daemon takes the run directly (no separate ping). Only
+    // when none answers is one booted, and the run sent again.
+    let link = match daemon_link::send(home, op(), &stdio)? {
+        Some(link) => link,
+        None => {
+            boot()?;
+            daemon_link::send(home, op(), &stdio)?.ok_or_else(daemon_vanished)?
+        }
+    };
     let link = Arc::new(link);
     let cancelled = Arc::new(AtomicI32::new(0));
     {

@@ -1,6 +1,7 @@
 //! The `marsh` verbs other than `-c`: status, results, show, reset, stop, workers reset.
 //! None of them boots a daemon.
 
+use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, Instant};
 
@@ -9,6 +10,7 @@ use nix::unistd::Pid;
 use serde_json::json;
 
 use super::daemon_link;
+use crate::backend::BackendReport;
 use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::inject::{self, Verb};
@@ -20,10 +22,12 @@ use crate::util;
 /// How long a stopped daemon may take to disappear.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub fn status(home: &Home) -> Result<String> {
+/// `user_home` is the caller's `HOME`, where the per-user backend settings live.
+pub fn status(home: &Home, user_home: Option<&OsString>) -> Result<String> {
     inject::check(home, Verb::Status)?;
+    let backend = BackendReport::predicted(home, user_home);
     if !home.exists() {
-        return to_json(&absent_status("absent", Vec::new(), None));
+        return to_json(&absent_status("absent", Vec::new(), None, backend));
     }
     match daemon_link::quick(home, Op::Status)? {
         Some(Reply::Status { status }) => to_json(&status),
@@ -34,12 +38,17 @@ pub fn status(home: &Home) -> Result<String> {
             let pid = daemon_link::daemon_lock_held(home)
                 .then(|| daemon_link::recorded_pid(home))
                 .flatten();
-            to_json(&absent_status("present", workers, pid))
+            to_json(&absent_status("present", workers, pid, backend))
         }
     }
 }
 
-fn absent_status(home_state: &str, workers: Vec<String>, pid: Option<u32>) -> StatusReport {
+fn absent_status(
+    home_state: &str,
+    workers: Vec<String>,
+    pid: Option<u32>,
+    backend: BackendReport,
+) -> StatusReport {
     StatusReport {
         home_state: home_state.into(),
         daemon: DaemonState {
@@ -60,6 +69,7 @@ fn absent_status(home_state: &str, workers: Vec<String>, pid: Option<u32>) -> St
             .collect(),
         active_jobs: 0,
         workspace: None,
+        backend,
     }
 }
 

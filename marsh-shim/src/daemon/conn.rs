@@ -65,7 +65,7 @@ fn serve(daemon: &Arc<Daemon>, sock: &Arc<SeqPacket>) -> Result<Option<Reply>> {
             version: env!("CARGO_PKG_VERSION").into(),
         },
         Op::Status => Reply::Status {
-            status: daemon.status(),
+            status: Box::new(daemon.status()),
         },
         // The run path answers on the connection itself.
         Op::Run { command, cwd, env } => {
@@ -96,6 +96,7 @@ fn stop(daemon: &Arc<Daemon>, sock: &SeqPacket) -> Result<Reply> {
         shell.kill_and_wait();
     }
     daemon.kill_all_kit_jobs();
+    daemon.cfg.confinement.limits.release();
     daemon.unlink_own("pid");
     send_reply(
         sock,
@@ -195,12 +196,18 @@ fn finish(daemon: &Daemon, command: &Bytes, started: u64, outcome: JobOutcome) -
         JobOutcome::SpawnFailed(message) => (
             None,
             None,
-            Some(format!("the job could not start: {message}")),
+            Some(Error::Backend(format!(
+                "the job could not start: {message}"
+            ))),
         ),
+        // The backend failed under a running job: not the command's own result.
+        JobOutcome::Lost(message) => (None, None, Some(Error::Backend(message))),
         JobOutcome::ShellLost => (
             None,
             None,
-            Some("the project shell exited while the job was running".to_string()),
+            Some(Error::Backend(
+                "the project shell exited while the job was running".into(),
+            )),
         ),
     };
     let receipt = Receipt {
@@ -217,7 +224,7 @@ fn finish(daemon: &Daemon, command: &Bytes, started: u64, outcome: JobOutcome) -
     };
     let written = receipt.write(&daemon.cfg.home.results_dir());
     match (failure, written) {
-        (Some(message), _) => Reply::from_error(&Error::Failed(message)),
+        (Some(error), _) => Reply::from_error(&error),
         (None, Err(e)) => Reply::from_error(&Error::failed(format!(
             "the job finished but its receipt could not be written: {e}"
         ))),

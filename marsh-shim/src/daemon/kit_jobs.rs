@@ -13,7 +13,7 @@ use super::{Daemon, Shell};
 use crate::kits::{self, Kit};
 use crate::proto::{Bytes, EnvVar, ToAgent};
 use crate::receipt::Receipt;
-use crate::sandbox::{self, Isolation, Layout};
+use crate::sandbox::{self, Isolation, Layout, Role};
 use crate::util::{self, log};
 
 /// Validates a kit request from `shell`'s agent and runs it on its own thread (which
@@ -133,16 +133,21 @@ impl KitJob {
     ) -> Result<(Option<i32>, Option<i32>), String> {
         let cfg = &self.daemon.cfg;
         let env = sandbox::kit_env(&self.env, &self.shell.kit_dir);
-        let mut cmd = match &cfg.isolation {
+        // The seccomp descriptor (bwrap only) must outlive the spawn.
+        let (mut cmd, _seccomp) = match &cfg.isolation {
             Isolation::Bwrap(bwrap) => {
                 let home = sandbox::env_home(&env);
                 let layout = Layout {
+                    role: Role::Kit,
                     workspace: &cfg.workspace,
                     job_home: home.as_deref(),
                     hostname: "marsh-kit",
                     ro_files: Vec::new(),
                 };
-                sandbox::bwrap_command(bwrap, &layout, &env, argv)
+                let (cmd, seccomp) =
+                    sandbox::bwrap_command(bwrap, &cfg.confinement, &layout, &env, argv)
+                        .map_err(|e| e.to_string())?;
+                (cmd, Some(seccomp))
             }
             Isolation::Unconfined => {
                 let (program, rest) = argv.split_first().ok_or("empty kit command")?;
@@ -151,7 +156,8 @@ impl KitJob {
                     .env_clear()
                     .envs(env)
                     .current_dir(&cfg.workspace);
-                cmd
+                sandbox::prepare_unconfined(&mut cmd, &cfg.confinement);
+                (cmd, None)
             }
         };
         let [stdin, stdout, stderr] = stdio;

@@ -6,7 +6,8 @@
 //! - one daemon per home: it holds an exclusive flock on `daemon/daemon.lock` until exit;
 //! - every sandbox dies with the daemon (`--die-with-parent`, and explicit kills on the
 //!   orderly paths: stop, idle, home gone);
-//! - the daemon exits when its home disappears or is replaced, or after the idle period.
+//! - the daemon exits when its home disappears or is replaced, or after the idle period
+//!   (`idle_secs` of `backend.json`).
 
 mod conn;
 mod kit_jobs;
@@ -23,9 +24,12 @@ use std::time::Duration;
 
 use nix::sys::stat::Mode;
 
+use crate::backend::{self, Assessment};
+use crate::config::BackendConfig;
 use crate::error::{Context, Error, Result};
 use crate::home::Home;
-use crate::sandbox::Isolation;
+use crate::limits::Limits;
+use crate::sandbox::{Confinement, Isolation};
 use crate::seqpacket::Listener;
 use crate::token;
 use crate::util::{self, ensure_private_dir, log};
@@ -33,7 +37,6 @@ use crate::util::{self, ensure_private_dir, log};
 pub(crate) use shell::Shell;
 use state::State;
 
-const DEFAULT_IDLE_SECS: u64 = 900;
 const WATCH_INTERVAL: Duration = Duration::from_millis(500);
 const LOCK_ATTEMPTS: u32 = 50;
 
@@ -47,6 +50,10 @@ pub(crate) struct Config {
     daemon_dir: OwnedFd,
     pub workspace: PathBuf,
     pub isolation: Isolation,
+    /// The settings in force (read once, at boot).
+    pub backend: BackendConfig,
+    /// The seccomp program, control group and `/etc` covers every sandbox shares.
+    pub confinement: Confinement,
     pub token: String,
     pub idle: Duration,
     pub self_exe: PathBuf,
@@ -104,7 +111,10 @@ pub(crate) fn serve(home: &Path, workspace: &Path) -> Result<()> {
         changed: Condvar::new(),
         next_shell: AtomicU64::new(1),
     });
-    daemon.boot_shell()?;
+    if let Err(e) = daemon.boot_shell() {
+        daemon.cfg.confinement.limits.release();
+        return Err(e);
+    }
 
     let socket = daemon.cfg.home.socket_path();
     daemon.unlink_own("marshd.sock");
@@ -160,14 +170,12 @@ fn configure(home: Home, workspace: &Path) -> Result<Config> {
             workspace.display()
         )));
     }
-    let isolation = Isolation::detect(
-        std::env::var_os("MARSH_SHIM_BWRAP").as_deref(),
-        std::env::var_os("MARSH_SHIM_UNCONFINED").as_deref(),
-    )?;
-    let idle_secs = std::env::var("MARSH_SHIM_IDLE_SECS")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(DEFAULT_IDLE_SECS);
+    let user_home = std::env::var_os("HOME");
+    let Assessment {
+        config: backend,
+        isolation,
+    } = backend::assess(&home, user_home.as_ref(), Some(&workspace))?;
+    let confinement = Confinement::new(&backend, Limits::establish(&backend))?;
     let self_exe =
         std::env::current_exe().context(|| "locating the marshd executable".to_string())?;
     let token = token::mint(&home)?;
@@ -178,9 +186,11 @@ fn configure(home: Home, workspace: &Path) -> Result<Config> {
         workspace,
         isolation,
         token,
-        idle: Duration::from_secs(idle_secs),
+        idle: Duration::from_secs(backend.idle_secs),
+        backend,
+        confinement,
         self_exe,
-        job_home: std::env::var_os("HOME").map(PathBuf::from),
+        job_home: user_home.map(PathBuf::from),
         pid: std::process::id(),
     })
 }
@@ -240,6 +250,7 @@ impl Daemon {
             shell.kill_and_wait();
         }
         self.kill_all_kit_jobs();
+        self.cfg.confinement.limits.release();
         self.unlink_own("pid");
         std::process::exit(0)
     }

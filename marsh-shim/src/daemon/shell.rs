@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use super::{Config, Daemon, kit_jobs};
 use crate::error::{Context, Error, Result};
 use crate::proto::{self, Bytes, EnvVar, FromAgent, ToAgent};
-use crate::sandbox::{self, Isolation, Layout, SANDBOX_AGENT, SANDBOX_KIT_DIR, SANDBOX_KIT_SOCKET};
+use crate::sandbox::{
+    self, Isolation, Layout, Role, SANDBOX_AGENT, SANDBOX_KIT_DIR, SANDBOX_KIT_SOCKET,
+};
 use crate::seqpacket::SeqPacket;
 use crate::util::{self, lock, log};
 
@@ -35,6 +37,8 @@ pub(crate) enum JobOutcome {
         signal: Option<i32>,
     },
     SpawnFailed(String),
+    /// The job's container died under it (not by a cancel).
+    Lost(String),
     ShellLost,
 }
 
@@ -62,8 +66,10 @@ impl Shell {
             .name(format!("shell-{id}"))
             .spawn(move || supervise(&supervisor, id, &tx))
             .context(|| "starting the shell supervisor".to_string())?;
+        // A shell that cannot boot means no job can run: a backend failure.
         rx.recv()
             .unwrap_or_else(|_| Err(Error::failed("the shell supervisor died during boot")))
+            .map_err(Error::into_backend)
     }
 
     pub(crate) fn is_alive(&self) -> bool {
@@ -246,6 +252,7 @@ fn relay(daemon: &Arc<Daemon>, shell: &Arc<Shell>) {
                 exit_code,
                 signal,
             } => shell.complete(job, JobOutcome::Exited { exit_code, signal }),
+            FromAgent::Lost { job, message } => shell.complete(job, JobOutcome::Lost(message)),
             FromAgent::SpawnFailed { job, message } => {
                 shell.complete(job, JobOutcome::SpawnFailed(message))
             }
@@ -269,15 +276,16 @@ fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, PathBuf)> {
     // `agent::take_channel` for why.
     let (bootstrap, agent_bootstrap) = SeqPacket::pair()?;
     let agent_env = [(OsString::from("PATH"), OsString::from("/usr/bin:/bin"))];
-    let (mut cmd, kit_dir) = match &cfg.isolation {
+    let (mut cmd, kit_dir, seccomp) = match &cfg.isolation {
         Isolation::Bwrap(bwrap) => {
             let layout = Layout {
+                role: Role::Shell,
                 workspace: &cfg.workspace,
                 job_home: cfg.job_home.as_deref(),
                 hostname: "marsh-shell",
                 ro_files: vec![(cfg.self_exe.clone(), SANDBOX_AGENT)],
             };
-            let argv: Vec<OsString> = [
+            let mut argv: Vec<OsString> = [
                 SANDBOX_AGENT,
                 "agent",
                 "--kit-socket",
@@ -286,14 +294,17 @@ fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, PathBuf)> {
                 SANDBOX_KIT_DIR,
                 "--self",
                 SANDBOX_AGENT,
+                "--contain",
             ]
             .iter()
             .map(OsString::from)
             .collect();
-            (
-                sandbox::bwrap_command(bwrap, &layout, &agent_env, &argv),
-                PathBuf::from(SANDBOX_KIT_DIR),
-            )
+            if let Some(nproc) = cfg.confinement.limits.nproc_limit() {
+                argv.extend(["--nproc".into(), nproc.to_string().into()]);
+            }
+            let (cmd, seccomp) =
+                sandbox::bwrap_command(bwrap, &cfg.confinement, &layout, &agent_env, &argv)?;
+            (cmd, PathBuf::from(SANDBOX_KIT_DIR), Some(seccomp))
         }
         Isolation::Unconfined => {
             let dir = cfg.home.unconfined_agent_dir();
@@ -312,7 +323,8 @@ fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, PathBuf)> {
                 .env_clear()
                 .envs(agent_env.iter().cloned())
                 .current_dir(&cfg.workspace);
-            (cmd, kit_dir)
+            sandbox::prepare_unconfined(&mut cmd, &cfg.confinement);
+            (cmd, kit_dir, None)
         }
     };
     cmd.process_group(0)
@@ -320,9 +332,12 @@ fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, PathBuf)> {
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let spawned = cmd.spawn();
-    // The Command holds the sandbox's end of the bootstrap socket: close it here.
-    drop(cmd);
-    let mut child = spawned.context(|| "starting the project shell".to_string())?;
+    // The Command holds the sandbox's end of the bootstrap socket: close it here, and
+    // our copy of the seccomp program's descriptor.
+    drop((cmd, seccomp));
+    let mut child = spawned
+        .context(|| "starting the project shell".to_string())
+        .map_err(Error::into_backend)?;
     let handed_over = bootstrap.send(b"channel", &[theirs.as_fd()]);
     // From here the agent is the only holder of its end of the channel, so its death
     // reads as end of stream; closing the bootstrap leaves nothing on it.

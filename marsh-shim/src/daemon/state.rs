@@ -12,6 +12,7 @@ use std::time::Instant;
 use nix::unistd::Pid;
 
 use super::{Daemon, Shell};
+use crate::backend::BackendReport;
 use crate::error::{Error, Result};
 use crate::kits::{self, Selection};
 use crate::proto::{DaemonState, ShellState, StatusReport, WorkerReport};
@@ -294,6 +295,11 @@ impl Daemon {
                 .collect(),
             active_jobs: st.active_jobs(),
             workspace: Some(self.cfg.workspace.to_string_lossy().into_owned()),
+            backend: BackendReport::in_force(
+                &self.cfg.backend,
+                &self.cfg.isolation,
+                self.cfg.confinement.limits.report(),
+            ),
         }
     }
 

@@ -31,13 +31,23 @@ impl Env {
         std::fs::create_dir_all(&ws).unwrap();
         std::fs::create_dir_all(&user_home).unwrap();
         let ws = ws.canonicalize().unwrap();
-        Self {
+        let env = Self {
             dir,
             home,
             ws,
             user_home,
             extra_env: Vec::new(),
-        }
+        };
+        // Safety net: a daemon a failed test leaves behind exits by itself.
+        env.settings(r#"{"idle_secs": 60}"#);
+        env
+    }
+
+    /// Replaces the per-user backend settings (`~/.config/marsh-shim/backend.json`).
+    pub fn settings(&self, json: &str) {
+        let dir = self.user_home.join(".config/marsh-shim");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("backend.json"), json).unwrap();
     }
 
     pub fn set_env(&mut self, name: &str, value: &str) {
@@ -51,8 +61,6 @@ impl Env {
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", &self.user_home)
             .env("MARSH_HOME", &self.home)
-            // Safety net: a daemon a failed test leaves behind exits by itself.
-            .env("MARSH_SHIM_IDLE_SECS", "60")
             .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             .current_dir(&self.ws)
             .stdin(Stdio::null());

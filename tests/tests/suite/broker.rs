@@ -15,14 +15,6 @@ fn started(sb: &Sandbox) {
     assert_eq!(code, Some(0), "broker-start failed: {stderr}");
 }
 
-fn broker_pid(sb: &Sandbox) -> i32 {
-    fs::read_to_string(sb.broker_dir().unwrap().join("broker.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 fn token(sb: &Sandbox) -> String {
     fs::read_to_string(sb.broker_dir().unwrap().join("auth-token")).unwrap()
 }
@@ -146,11 +138,7 @@ fn kill_9_of_the_broker_ends_proxies_and_a_new_start_recovers_the_registry() {
         .as_str()
         .unwrap()
         .to_string();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(broker_pid(&sb)),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    sb.kill_broker();
     for proxy in [&mut a, &mut b] {
         let status = wait_exit(proxy, Duration::from_secs(10))
             .expect("proxy did not exit after the broker died");
@@ -180,11 +168,11 @@ fn kill_9_of_the_broker_ends_proxies_and_a_new_start_recovers_the_registry() {
 fn broker_start_is_idempotent_and_stop_is_refused_while_a_proxy_is_attached() {
     let sb = Sandbox::new();
     started(&sb);
-    let pid = broker_pid(&sb);
+    let pid = sb.broker_pid();
     let (code, stderr) = sb.broker_start();
     assert_eq!(code, Some(0));
     assert!(stderr.contains("already running"), "{stderr}");
-    assert_eq!(broker_pid(&sb), pid);
+    assert_eq!(sb.broker_pid(), pid);
     let proxy = sb.connect();
     let (code, stderr) = sb.startup(&sb.broker_args("broker-stop", &[]), &[]);
     assert_eq!(code, Some(1), "{stderr}");
@@ -214,7 +202,7 @@ fn a_rebuilt_binary_replaces_an_idle_broker_and_is_refused_while_one_is_attached
     };
     let (code, stderr) = start_with(&sb.prefix.bin("marsh-mcp"));
     assert_eq!(code, Some(0), "{stderr}");
-    let old = broker_pid(&sb);
+    let old = sb.broker_pid();
     // A "rebuilt" marsh-mcp: same code, different bytes, elsewhere.
     let rebuilt_dir = sb.state().join("rebuilt");
     fs::create_dir(&rebuilt_dir).unwrap();
@@ -231,11 +219,11 @@ fn a_rebuilt_binary_replaces_an_idle_broker_and_is_refused_while_one_is_attached
         stderr.contains("another build or configuration"),
         "{stderr}"
     );
-    assert_eq!(broker_pid(&sb), old);
+    assert_eq!(sb.broker_pid(), old);
     assert!(attached.close().success());
     let (code, stderr) = run_rebuilt();
     assert_eq!(code, Some(0), "{stderr}");
-    assert_ne!(broker_pid(&sb), old, "the idle old broker was replaced");
+    assert_ne!(sb.broker_pid(), old, "the idle old broker was replaced");
     let mut fresh = sb.connect();
     assert_eq!(fresh.ok("status", json!({}))["state"], "ready");
 }

@@ -107,16 +107,7 @@ fn install_registers_the_connect_proxy_and_sandboxes_share_one_broker() {
     assert!(stderr.contains("attached"), "{stderr}");
 
     // After the broker dies, start brings it back and both sandboxes work again.
-    let pid: i32 = fs::read_to_string(sb.broker_dir().unwrap().join("broker.pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    sb.kill_broker();
     for proxy in [&mut one, &mut two] {
         let deadline = Instant::now() + Duration::from_secs(10);
         while proxy.try_wait().is_none() {

@@ -8,6 +8,7 @@ mod operations;
 mod pinning;
 mod protocol;
 mod python_client;
+mod sandbox;
 mod scopes;
 mod shell_run;
 mod startup;

@@ -1,22 +1,43 @@
 //! Isolation: which confinement is in force, the bubblewrap layout shared by the
 //! project shell and kit job containers, and the fixed job environment.
 //!
-//! Layout invariant: inside a sandbox the workspace is the only writable host
-//! directory; the system directories and the sandbox root are read-only; `/tmp`,
-//! `/run` and the job's home are private tmpfs;
-//! nothing else of the host (in particular no marsh home, scope root, token or daemon
-//! socket) is mounted.
+//! Layout invariants, whatever uid the server runs as:
+//! - a user namespace (the server's uid mapped to itself, so workspace files keep its
+//!   ownership) with no capability in the host's namespaces: kit containers hold none at
+//!   all; the project shell's agent keeps `CAP_SYS_ADMIN` and `CAP_SETPCAP` inside the
+//!   sandbox's namespace only, to give each job its own pid namespace, and drops both
+//!   before any job code runs (`agent::container`);
+//! - `no_new_privs` (bubblewrap always sets it) and the seccomp filter of
+//!   [`crate::seccomp`];
+//! - the workspace is the only writable host directory; the system directories and the
+//!   sandbox root are read-only; `/tmp`, `/run` and the job's home are private tmpfs;
+//!   `/proc/sys`, `/proc/sysrq-trigger`, `/proc/irq`, `/proc/bus`, `/proc/fs` are
+//!   read-only and kernel-revealing `/proc` files are masked; `/sys` is absent; what
+//!   others cannot read in `/etc` is covered ([`hidden`]);
+//! - an own network namespace with loopback only, unless the backend setting says host;
+//! - nothing else of the host (no marsh home, scope root, token or daemon socket).
+
+mod hidden;
+mod spawn;
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
+use crate::config::{BackendConfig, Network};
 use crate::error::{Error, Result};
+use crate::limits::Limits;
 use crate::proto::EnvVar;
 
-/// Where the agent binary, its kit socket and the kit wrappers live inside the shell.
+pub use hidden::{Hidden, unreadable_under};
+pub use spawn::{JOB_UMASK, SeccompFd};
+
+/// Where the agent binary, its kit socket and the kit wrappers live inside the shell
+/// (read-only inside every job's container).
+pub const SANDBOX_AGENT_DIR: &str = "/run/marsh";
 pub const SANDBOX_AGENT: &str = "/run/marsh/agent";
 pub const SANDBOX_KIT_SOCKET: &str = "/run/marsh/kit.sock";
 pub const SANDBOX_KIT_DIR: &str = "/run/marsh/kits";
@@ -31,9 +52,27 @@ const RESERVED_PREFIXES: [&str; 11] = [
 ];
 const BWRAP_CANDIDATES: [&str; 3] = ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"];
 
+/// `/proc` entries made read-only in every sandbox (Docker's list): writable by the
+/// server's uid, they would change the host kernel (`/proc/sys/kernel/core_pattern`
+/// runs a program as host root on the next crash; `/proc/sysrq-trigger` can reboot).
+pub const PROC_READ_ONLY: [&str; 5] = ["sys", "sysrq-trigger", "irq", "bus", "fs"];
+/// `/proc` files replaced by an empty file: kernel memory, keys and timing internals.
+pub const PROC_MASKED_FILES: [&str; 5] = [
+    "kcore",
+    "keys",
+    "timer_list",
+    "sched_debug",
+    "latency_stats",
+];
+/// `/proc` directories replaced by an empty read-only tmpfs.
+pub const PROC_MASKED_DIRS: [&str; 3] = ["acpi", "asound", "scsi"];
+
 /// The variables a job takes from `marsh`'s own environment.
 pub const CALLER_VARS: [&str; 4] = ["PATH", "HOME", "USER", "LOGNAME"];
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The one fix for a missing bubblewrap, as `status`, `doctor` and `marsh` say it.
+pub const BWRAP_FIX: &str = "install bubblewrap (apt-get install bubblewrap)";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Isolation {
@@ -42,12 +81,12 @@ pub enum Isolation {
 }
 
 impl Isolation {
-    /// bubblewrap from `MARSH_SHIM_BWRAP` (a test hook: an absolute path, used only if
-    /// it exists) or the standard locations; without it, unconfined only when
-    /// `MARSH_SHIM_UNCONFINED=1`.
-    pub fn detect(bwrap_override: Option<&OsStr>, unconfined: Option<&OsStr>) -> Result<Self> {
-        let candidates: Vec<PathBuf> = match bwrap_override.filter(|v| !v.is_empty()) {
-            Some(path) => vec![PathBuf::from(path)],
+    /// bubblewrap from the `bwrap` setting (an absolute path, used only if it is a file)
+    /// or the standard locations; without it, unconfined only with the explicit
+    /// `"unconfined": true` setting.
+    pub fn detect(config: &BackendConfig) -> Result<Self> {
+        let candidates: Vec<PathBuf> = match &config.bwrap {
+            Some(path) => vec![path.clone()],
             None => BWRAP_CANDIDATES.iter().map(PathBuf::from).collect(),
         };
         if let Some(found) = candidates
@@ -56,12 +95,12 @@ impl Isolation {
         {
             return Ok(Isolation::Bwrap(found));
         }
-        if unconfined == Some(OsStr::new("1")) {
+        if config.unconfined {
             return Ok(Isolation::Unconfined);
         }
-        Err(Error::failed(
-            "bubblewrap (bwrap) is not installed; refusing to run jobs unconfined (set MARSH_SHIM_UNCONFINED=1 to allow it)",
-        ))
+        Err(Error::Backend(format!(
+            "bubblewrap (bwrap) is not installed and jobs never run unconfined by default; {BWRAP_FIX}"
+        )))
     }
 
     pub fn label(&self) -> &'static str {
@@ -72,8 +111,38 @@ impl Isolation {
     }
 }
 
+/// What every sandbox of one daemon shares: settings, the seccomp program, the group
+/// and what `/etc` hides.
+pub struct Confinement {
+    pub network: Network,
+    pub limits: Limits,
+    seccomp: SeccompFd,
+    hidden: Vec<Hidden>,
+}
+
+impl Confinement {
+    pub fn new(config: &BackendConfig, limits: Limits) -> Result<Confinement> {
+        Ok(Confinement {
+            network: config.network,
+            limits,
+            seccomp: SeccompFd::new()?,
+            hidden: unreadable_under(Path::new("/etc")),
+        })
+    }
+}
+
+/// Which kind of sandbox to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The project shell: its agent keeps the two capabilities it needs to contain jobs.
+    Shell,
+    /// A kit job container: no capability at all.
+    Kit,
+}
+
 /// One sandbox to build.
 pub struct Layout<'a> {
+    pub role: Role,
     pub workspace: &'a Path,
     /// Mounted as a private tmpfs when [`home_is_mountable`].
     pub job_home: Option<&'a Path>,
@@ -82,24 +151,41 @@ pub struct Layout<'a> {
     pub ro_files: Vec<(PathBuf, &'static str)>,
 }
 
-/// A bubblewrap command for `layout` running `argv` with exactly `env`. The sandbox
-/// dies with the thread that spawns it (`--die-with-parent`), so spawn it from a
-/// thread that outlives it.
+/// A bubblewrap command for `layout` running `argv` with exactly `env`, plus the
+/// seccomp descriptor it reads (keep it until the command is spawned). The sandbox
+/// dies with the thread that spawns it (`--die-with-parent`), so spawn it from a thread
+/// that outlives it.
 pub fn bwrap_command(
     bwrap: &Path,
+    confinement: &Confinement,
     layout: &Layout<'_>,
     env: &[(OsString, OsString)],
     argv: &[OsString],
-) -> Command {
+) -> Result<(Command, OwnedFd)> {
+    let seccomp = confinement.seccomp.reopen()?;
     let mut cmd = Command::new(bwrap);
-    cmd.args(bwrap_args(layout, env, argv))
-        .env_clear()
-        .current_dir("/");
-    cmd
+    cmd.args(bwrap_args(
+        confinement,
+        layout,
+        seccomp.as_raw_fd(),
+        env,
+        argv,
+    ))
+    .env_clear()
+    .current_dir("/");
+    spawn::prepare(&mut cmd, Some(&seccomp), &confinement.limits);
+    Ok((cmd, seccomp))
+}
+
+/// Puts an unconfined sandbox process in the scope's limits, with the jobs' umask.
+pub fn prepare_unconfined(cmd: &mut Command, confinement: &Confinement) {
+    spawn::prepare(cmd, None, &confinement.limits);
 }
 
 fn bwrap_args(
+    confinement: &Confinement,
     layout: &Layout<'_>,
+    seccomp_fd: i32,
     env: &[(OsString, OsString)],
     argv: &[OsString],
 ) -> Vec<OsString> {
@@ -107,6 +193,7 @@ fn bwrap_args(
     let mut push = |items: &[&OsStr]| args.extend(items.iter().map(|s| s.to_os_string()));
     push(&[
         "--die-with-parent".as_ref(),
+        "--unshare-user".as_ref(),
         "--unshare-pid".as_ref(),
         "--unshare-ipc".as_ref(),
         "--unshare-uts".as_ref(),
@@ -117,6 +204,20 @@ fn bwrap_args(
         "--hostname".as_ref(),
         layout.hostname.as_ref(),
     ]);
+    if layout.role == Role::Shell {
+        push(&[
+            "--cap-add".as_ref(),
+            "CAP_SYS_ADMIN".as_ref(),
+            "--cap-add".as_ref(),
+            "CAP_SETPCAP".as_ref(),
+        ]);
+    }
+    match confinement.network {
+        Network::Loopback => push(&["--unshare-net".as_ref()]),
+        Network::Host => {}
+    }
+    let fd = seccomp_fd.to_string();
+    push(&["--seccomp".as_ref(), fd.as_ref()]);
     for path in SYSTEM_PATHS {
         match fs::symlink_metadata(path) {
             Ok(meta) if meta.file_type().is_symlink() => {
@@ -130,9 +231,45 @@ fn bwrap_args(
             _ => {}
         }
     }
+    for hidden in &confinement.hidden {
+        match hidden {
+            Hidden::File(path) => {
+                push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), path.as_os_str()])
+            }
+            Hidden::Dir(path) => push(&[
+                "--tmpfs".as_ref(),
+                path.as_os_str(),
+                "--remount-ro".as_ref(),
+                path.as_os_str(),
+            ]),
+        }
+    }
+    push(&["--proc".as_ref(), "/proc".as_ref()]);
+    // bubblewrap's own cover of /proc/sys depends on what it can write at setup; bind
+    // it read-only here whatever happened (the source is the host's /proc, the same
+    // kernel tables, read-only).
+    for name in PROC_READ_ONLY {
+        let path = format!("/proc/{name}");
+        push(&["--ro-bind-try".as_ref(), path.as_ref(), path.as_ref()]);
+    }
+    for name in PROC_MASKED_FILES {
+        let path = format!("/proc/{name}");
+        if Path::new(&path).exists() {
+            push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), path.as_ref()]);
+        }
+    }
+    for name in PROC_MASKED_DIRS {
+        let path = format!("/proc/{name}");
+        if Path::new(&path).is_dir() {
+            push(&[
+                "--tmpfs".as_ref(),
+                path.as_ref(),
+                "--remount-ro".as_ref(),
+                path.as_ref(),
+            ]);
+        }
+    }
     push(&[
-        "--proc".as_ref(),
-        "/proc".as_ref(),
         "--dev".as_ref(),
         "/dev".as_ref(),
         "--tmpfs".as_ref(),
@@ -260,13 +397,16 @@ mod tests {
 
     #[test]
     fn layout_binds_only_the_workspace_writable() {
+        let config = BackendConfig::default();
+        let confinement = Confinement::new(&config, Limits::rlimits(&config)).unwrap();
         let layout = Layout {
+            role: Role::Kit,
             workspace: Path::new("/w"),
             job_home: Some(Path::new("/root")),
             hostname: "h",
             ro_files: vec![],
         };
-        let args = bwrap_args(&layout, &[], &["true".into()]);
+        let args = bwrap_args(&confinement, &layout, 9, &[], &["true".into()]);
         let text: Vec<String> = args
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
@@ -282,15 +422,33 @@ mod tests {
                 .any(|w| w[0] == "--tmpfs" && w[1] == "/root")
         );
         assert_eq!(text.last().map(String::as_str), Some("true"));
+        for flag in ["--unshare-user", "--unshare-net", "--die-with-parent"] {
+            assert!(text.iter().any(|a| a == flag), "{flag}");
+        }
+        assert!(text.windows(2).any(|w| w[0] == "--seccomp" && w[1] == "9"));
+        assert!(
+            !text.iter().any(|a| a == "--cap-add"),
+            "a kit container keeps no capability"
+        );
+        assert!(
+            text.windows(3)
+                .any(|w| w[0] == "--ro-bind-try" && w[1] == "/proc/sys" && w[2] == "/proc/sys")
+        );
     }
 
     #[test]
     fn missing_bwrap_refuses_unless_unconfined() {
-        let none = Some(OsStr::new("/nonexistent/bwrap"));
-        assert!(Isolation::detect(none, None).is_err());
-        assert_eq!(
-            Isolation::detect(none, Some(OsStr::new("1"))).unwrap(),
-            Isolation::Unconfined
+        let mut config = BackendConfig {
+            bwrap: Some(PathBuf::from("/nonexistent/bwrap")),
+            ..BackendConfig::default()
+        };
+        let err = Isolation::detect(&config).unwrap_err();
+        assert_eq!(err.exit_code(), 126);
+        assert!(
+            err.to_string().contains("apt-get install bubblewrap"),
+            "{err}"
         );
+        config.unconfined = true;
+        assert_eq!(Isolation::detect(&config).unwrap(), Isolation::Unconfined);
     }
 }

@@ -1,0 +1,95 @@
+//! The host side of starting a sandbox: the seccomp program's descriptor and the
+//! pre-exec hook that puts bubblewrap in the scope's control group, sets its rlimits,
+//! the jobs' umask and a fresh session keyring, and hands it the seccomp descriptor.
+//!
+//! The hook runs between fork and exec in a multi-threaded daemon, so it only makes
+//! system calls on values prepared before the fork (no allocation, no locks).
+
+#![allow(unsafe_code)]
+
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use crate::error::{Context, Result};
+use crate::limits::Limits;
+use crate::seccomp;
+
+/// Jobs create files readable by others (0644/0755), like a login shell; the daemon's
+/// own files stay owner-only under its 077 umask.
+pub const JOB_UMASK: libc::mode_t = 0o022;
+
+/// The seccomp program in a sealed-by-convention memory file, close-on-exec until the
+/// hook clears that flag in the child that becomes bubblewrap.
+pub struct SeccompFd(OwnedFd);
+
+impl SeccompFd {
+    pub fn new() -> Result<SeccompFd> {
+        let bytes = seccomp::program_bytes()?;
+        let fd =
+            nix::sys::memfd::memfd_create(c"marsh-seccomp", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+                .context(|| "creating the seccomp program file".to_string())?;
+        let mut file = std::fs::File::from(fd);
+        file.write_all(&bytes)
+            .context(|| "writing the seccomp program".to_string())?;
+        Ok(SeccompFd(file.into()))
+    }
+
+    /// A fresh descriptor on the program, positioned at its start (bubblewrap reads the
+    /// descriptor to its end, so each sandbox needs its own offset).
+    pub fn reopen(&self) -> Result<OwnedFd> {
+        let path = format!("/proc/self/fd/{}", self.0.as_raw_fd());
+        let file =
+            std::fs::File::open(&path).context(|| "reopening the seccomp program".to_string())?;
+        Ok(file.into())
+    }
+}
+
+/// Installs the pre-exec hook on a sandbox command (bubblewrap, or an unconfined
+/// process, which has no seccomp program). `seccomp` must stay open until the command
+/// has been spawned.
+pub fn prepare(cmd: &mut Command, seccomp: Option<&OwnedFd>, limits: &Limits) {
+    let seccomp: Option<RawFd> = seccomp.map(AsRawFd::as_raw_fd);
+    let procs: Vec<RawFd> = limits.procs_fds();
+    let data = limits.data_limit();
+    let hook = move || -> io::Result<()> {
+        // SAFETY (whole hook): only async-signal-safe system calls on integers and
+        // buffers that were allocated before the fork.
+        unsafe {
+            libc::umask(JOB_UMASK);
+            // A fresh anonymous session keyring: the one inherited from the server's
+            // login would otherwise be readable by jobs (they run as its uid). The
+            // filter then refuses every keyring call inside the sandbox.
+            if libc::syscall(libc::SYS_keyctl, libc::KEYCTL_JOIN_SESSION_KEYRING, 0) < 0
+                && io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS)
+            {
+                return Err(io::Error::last_os_error());
+            }
+            for fd in &procs {
+                if libc::write(*fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            if let Some(bytes) = data {
+                let limit = libc::rlimit {
+                    rlim_cur: bytes,
+                    rlim_max: bytes,
+                };
+                if libc::setrlimit(libc::RLIMIT_DATA, &limit) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            if let Some(fd) = seccomp
+                && libc::fcntl(fd, libc::F_SETFD, 0) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the hook above is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(hook);
+    }
+}
