@@ -546,6 +546,22 @@ fn deep_homes_work_and_the_daemon_leaves_with_its_home() {
 }
 
 #[test]
+fn the_daemon_a_run_boots_has_no_blocked_signals() {
+    // `marsh -c` blocks its cancellation signals; the daemon it boots must not keep them
+    // blocked, or SIGTERM could not end it.
+    let env = Env::new();
+    assert_eq!(code(&env.run("true")), 0);
+    let pid = env.daemon_pid().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let blocked = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .unwrap()
+        .trim();
+    assert_eq!(u64::from_str_radix(blocked, 16).unwrap(), 0, "{status}");
+}
+
+#[test]
 fn idle_daemon_exits_by_itself() {
     let env = Env::new();
     env.settings(r#"{"idle_secs": 1}"#);

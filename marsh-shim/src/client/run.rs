@@ -68,7 +68,15 @@ pub fn run(
     let link = match daemon_link::send(home, op(), &stdio)? {
         Some(link) => link,
         None => {
+            // The daemon must not inherit the blocked cancellation signals. A signal
+            // that arrives while unblocked ends this marsh before any job was sent.
+            signals
+                .thread_unblock()
+                .context(|| "unblocking signals for the boot".to_string())?;
             boot()?;
+            signals
+                .thread_block()
+                .context(|| "blocking cancellation signals".to_string())?;
             daemon_link::send(home, op(), &stdio)?.ok_or_else(daemon_vanished)?
         }
     };

@@ -73,6 +73,9 @@ pub(crate) struct Daemon {
 pub(crate) fn serve(home: &Path, workspace: &Path) -> Result<()> {
     // Detach from the booting client's session; failure means we already lead one.
     let _ = nix::unistd::setsid();
+    // Start from an empty signal mask whatever the booting client had blocked, so that
+    // SIGTERM ends the daemon (its sandboxes die with it).
+    let _ = nix::sys::signal::SigSet::empty().thread_set_mask();
     nix::sys::stat::umask(Mode::from_bits_truncate(0o077));
 
     let home = Home::at(home);
