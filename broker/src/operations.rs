@@ -25,6 +25,8 @@ pub const RETAINED_OPERATIONS: usize = 128;
 /// Captured output retained across all finished operations; past it, the oldest
 /// finished operations lose their output (reported as evicted).
 pub const GLOBAL_RETAINED_BYTES: usize = 32 * 1024 * 1024;
+/// The most one operation retains: both streams at their window.
+const MAX_RETAINED_PER_OPERATION: usize = 2 * crate::output::RETAINED_PER_STREAM;
 
 /// Identifies one MCP session inside this process.
 pub type SessionId = u64;
@@ -321,14 +323,27 @@ impl OperationTable {
             ops.remove(i);
         }
         ops.push_back(op);
-        let mut total: usize = ops.iter().map(|o| o.output().retained()).sum();
+        // Every live operation may still grow to its per-operation maximum, so room for
+        // that is reserved first; finished output is then trimmed, oldest first, to fit
+        // the rest. A finished operation never grows and only inserts add live ones, so
+        // the total stays within GLOBAL_RETAINED_BYTES at every moment, not only here.
+        let live = ops
+            .iter()
+            .filter(|o| !o.status().state.is_terminal())
+            .count();
+        let budget = GLOBAL_RETAINED_BYTES.saturating_sub(live * MAX_RETAINED_PER_OPERATION);
+        let mut finished: usize = ops
+            .iter()
+            .filter(|o| o.status().state.is_terminal())
+            .map(|o| o.output().retained())
+            .sum();
         for old in ops.iter() {
-            if total <= GLOBAL_RETAINED_BYTES {
+            if finished <= budget {
                 break;
             }
             if old.status().state.is_terminal() {
                 let mut out = old.output();
-                total -= out.retained();
+                finished -= out.retained();
                 out.discard_all();
             }
         }
@@ -380,6 +395,27 @@ impl OperationTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retained_output_never_exceeds_the_global_budget() {
+        let table = OperationTable::default();
+        let chunk = vec![b'x'; crate::output::RETAINED_PER_STREAM];
+        for _ in 0..80 {
+            let op = Operation::new(
+                1,
+                OpKind::ShellRun,
+                "default".into(),
+                Duration::from_secs(1),
+            );
+            table.insert(Arc::clone(&op)).unwrap();
+            op.append(Stream::Stdout, &chunk);
+            op.append(Stream::Stderr, &chunk);
+            assert!(table.retained_bytes() <= GLOBAL_RETAINED_BYTES);
+            op.finish(OpState::Succeeded, Some(0), None, None, true);
+        }
+        assert!(table.retained_bytes() <= GLOBAL_RETAINED_BYTES);
+        assert!(table.retained_bytes() >= GLOBAL_RETAINED_BYTES - 4 * (2 << 20));
+    }
 
     #[test]
     fn ownership_and_bounded_retention() {

@@ -17,6 +17,7 @@ const MAX_KIT_FILE: u64 = 64 * 1024;
 /// `[a-z0-9-]{1,64}`.
 pub fn valid_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
+        && !name.starts_with('-')
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')

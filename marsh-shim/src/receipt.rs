@@ -40,6 +40,7 @@ impl Receipt {
 /// `[0-9a-f-]{1,64}`.
 pub fn valid_selector(sel: &str) -> bool {
     (1..=64).contains(&sel.len())
+        && !sel.starts_with('-')
         && sel
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-')

@@ -240,8 +240,9 @@ fn receipts_are_listed_newest_first_and_shown_by_prefix() {
     let out = env.marsh(&["results", "show", "ffffffff-ffff", "--json"]);
     assert_eq!(code(&out), 3, "{}", stderr(&out));
     assert_eq!(stderr(&out), "marsh: no result matches ffffffff-ffff\n");
-    // No receipt id starts with "-" (ids are UUIDs).
-    assert_eq!(code(&env.marsh(&["results", "show", "-", "--json"])), 3);
+    // No receipt id starts with "-" (ids are UUIDs), and such a selector would read as a
+    // flag: it is a usage error.
+    assert_eq!(code(&env.marsh(&["results", "show", "-", "--json"])), 2);
     // A second receipt sharing the first's 8-character prefix makes that prefix ambiguous.
     let twin_id = format!("{}-0000-4000-8000-000000000000", &id[..8]);
     let mut twin = first.clone();

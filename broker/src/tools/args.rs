@@ -262,14 +262,16 @@ pub(crate) fn selection(selection: Option<&str>) -> Result<String, ToolError> {
         )));
     }
     for name in &names {
+        // A leading `-` would read as a flag on marsh's command line.
         let ok = !name.is_empty()
+            && !name.starts_with('-')
             && name.len() <= KIT_NAME_MAX_BYTES
             && name
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
         if !ok || *name == "all" {
             return Err(ToolError::invalid(format!(
-                "selection must be `all` or comma-separated names of [a-z0-9-]{{1,{KIT_NAME_MAX_BYTES}}}; {name:?} is not"
+                "selection must be `all` or comma-separated names of [a-z0-9-]{{1,{KIT_NAME_MAX_BYTES}}} not starting with `-`; {name:?} is not"
             )));
         }
     }
@@ -277,14 +279,16 @@ pub(crate) fn selection(selection: Option<&str>) -> Result<String, ToolError> {
 }
 
 pub(crate) fn selector(selector: &str) -> Result<&str, ToolError> {
+    // A receipt id starts with a hex digit; a leading `-` would read as a flag.
     let ok = !selector.is_empty()
+        && !selector.starts_with('-')
         && selector.len() <= SELECTOR_MAX_BYTES
         && selector
             .bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b) || b == b'-');
     if !ok {
         return Err(ToolError::invalid(format!(
-            "selector must be 1..{SELECTOR_MAX_BYTES} of [0-9a-f-]"
+            "selector must be 1..{SELECTOR_MAX_BYTES} of [0-9a-f-], not starting with `-`"
         )));
     }
     Ok(selector)
@@ -327,5 +331,10 @@ mod tests {
         assert!(selection(Some(&vec!["k"; 17].join(","))).is_err());
         assert!(selector("0123abcd-").is_ok());
         assert!(selector("../x").is_err());
+        // Nothing that marsh could read as a flag.
+        assert!(selection(Some("--all")).is_err());
+        assert!(selection(Some("a,-b")).is_err());
+        assert!(selector("-c").is_err());
+        assert!(selector("--json").is_err());
     }
 }

@@ -55,7 +55,8 @@ pub fn parse(args: &[OsString]) -> Result<Command> {
         ("--help" | "-h" | "help", []) => Ok(Command::Help),
         ("status", []) => Ok(Command::Status),
         ("results", []) => Ok(Command::Results),
-        ("results", ["show", sel]) => {
+        // `--` before a value is accepted (and a value never starts with `-`).
+        ("results", ["show", sel] | ["show", "--", sel]) => {
             if receipt::valid_selector(sel) {
                 Ok(Command::Show((*sel).to_string()))
             } else {
@@ -64,7 +65,9 @@ pub fn parse(args: &[OsString]) -> Result<Command> {
                 )))
             }
         }
-        ("workers", ["reset", sel]) => Ok(Command::WorkersReset(Selection::parse(sel)?)),
+        ("workers", ["reset", sel] | ["reset", "--", sel]) => {
+            Ok(Command::WorkersReset(Selection::parse(sel)?))
+        }
         ("reset", []) => Ok(Command::Reset),
         ("stop", []) => Ok(Command::Stop),
         _ => Err(usage(format!(
@@ -122,6 +125,19 @@ mod tests {
             Command::Show("ab-1".into())
         );
         assert_eq!(p(&["results", "show", "XY"]).unwrap_err().exit_code(), 2);
+        assert_eq!(
+            p(&["results", "show", "--", "ab", "--json"]).unwrap(),
+            Command::Show("ab".into())
+        );
+        assert_eq!(p(&["results", "show", "-c"]).unwrap_err().exit_code(), 2);
+        assert_eq!(
+            p(&["workers", "reset", "--", "all"]).unwrap(),
+            Command::WorkersReset(Selection::All)
+        );
+        assert_eq!(
+            p(&["workers", "reset", "--all"]).unwrap_err().exit_code(),
+            2
+        );
         assert_eq!(p(&["reset", "--json"]).unwrap(), Command::Reset);
         assert_eq!(p(&["stop"]).unwrap(), Command::Stop);
         assert_eq!(

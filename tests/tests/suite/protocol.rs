@@ -197,3 +197,29 @@ fn invalid_arguments_are_rejected_before_any_child_starts() {
         sb.invocations(&sb.home())
     );
 }
+
+#[test]
+fn flag_like_selections_and_selectors_never_reach_marsh() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb, &sb.serve_home_args(&[]), &[]);
+    s.ok("shell_run", json!({"command": "true"}));
+    let before = sb.invocations(&sb.home()).len();
+    for (tool, arguments) in [
+        ("prewarm", json!({"selection": "--all"})),
+        ("prewarm", json!({"selection": "alpha,-c"})),
+        ("workers_reset", json!({"selection": "--json"})),
+        ("result_get", json!({"selector": "-c"})),
+        ("result_get", json!({"selector": "--"})),
+    ] {
+        assert_eq!(
+            s.err_kind(tool, arguments.clone()),
+            "invalid_argument",
+            "{tool} {arguments}"
+        );
+    }
+    assert_eq!(
+        sb.invocations(&sb.home()).len(),
+        before,
+        "a refused value never reaches marsh"
+    );
+}
