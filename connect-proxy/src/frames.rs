@@ -8,14 +8,18 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
 /// The largest MCP frame accepted in either direction, excluding the newline.
 pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
+/// How much of an oversized frame is kept, to find its request id (see
+/// [`crate::relay::oversized_reply`]).
+pub const OVERSIZED_PREFIX_BYTES: usize = 4096;
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Frame {
     /// One complete line without its terminator (a trailing `\r` is kept; JSON allows it).
     Line(Vec<u8>),
-    /// A line longer than the cap. Its bytes were discarded as they arrived, so memory
-    /// stays bounded by the cap whatever the peer sends; `len` counts what was seen.
-    Oversized { len: usize },
+    /// A line longer than the cap. Its bytes past the first
+    /// [`OVERSIZED_PREFIX_BYTES`] were discarded as they arrived, so memory stays bounded
+    /// by the cap whatever the peer sends; `len` counts what was seen.
+    Oversized { len: usize, prefix: Vec<u8> },
 }
 
 pub struct FrameReader<R> {
@@ -43,7 +47,10 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
             if buf.is_empty() {
                 return Ok(match (seen, oversized) {
                     (0, _) => None,
-                    (_, true) => Some(Frame::Oversized { len: seen }),
+                    (_, true) => Some(Frame::Oversized {
+                        len: seen,
+                        prefix: line,
+                    }),
                     (_, false) => Some(Frame::Line(line)),
                 });
             }
@@ -53,18 +60,26 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
             };
             seen += chunk.len();
             if !oversized {
+                line.extend_from_slice(chunk);
                 if seen > self.max {
+                    // From here only the prefix is kept: the first
+                    // OVERSIZED_PREFIX_BYTES bytes of the line.
                     oversized = true;
-                    line = Vec::new();
-                } else {
-                    line.extend_from_slice(chunk);
+                    line.truncate(OVERSIZED_PREFIX_BYTES);
+                    line.shrink_to_fit();
                 }
+            } else if line.len() < OVERSIZED_PREFIX_BYTES {
+                let room = OVERSIZED_PREFIX_BYTES - line.len();
+                line.extend_from_slice(&chunk[..chunk.len().min(room)]);
             }
             let consumed = done.unwrap_or(buf.len());
             self.inner.consume(consumed);
             if done.is_some() {
                 return Ok(Some(if oversized {
-                    Frame::Oversized { len: seen }
+                    Frame::Oversized {
+                        len: seen,
+                        prefix: line,
+                    }
                 } else {
                     Frame::Line(line)
                 }));
@@ -99,7 +114,10 @@ mod tests {
             got,
             vec![
                 Frame::Line(b"ab".to_vec()),
-                Frame::Oversized { len: 10 },
+                Frame::Oversized {
+                    len: 10,
+                    prefix: b"0123456789".to_vec()
+                },
                 Frame::Line(b"cd".to_vec())
             ]
         );
@@ -116,7 +134,8 @@ mod tests {
             prop_assert_eq!(got.len(), lines.len());
             for (g, l) in got.iter().zip(&lines) {
                 if l.len() > max {
-                    prop_assert_eq!(g, &Frame::Oversized { len: l.len() });
+                    let prefix = l[..l.len().min(OVERSIZED_PREFIX_BYTES)].to_vec();
+                    prop_assert_eq!(g, &Frame::Oversized { len: l.len(), prefix });
                 } else {
                     prop_assert_eq!(g, &Frame::Line(l.clone()));
                 }

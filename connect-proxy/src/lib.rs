@@ -1,7 +1,8 @@
 //! The client side of the marsh-mcp broker: the authenticated HTTP-over-Unix-socket
 //! handshake (probe, stop, session upgrade) and the bounded line relay that turns one
-//! stdio MCP client into one broker session. It never parses MCP, so any protocol
-//! version passes through unchanged.
+//! stdio MCP client into one broker session. It never parses MCP (only the `id` of a
+//! frame too large to relay, to answer it), so any protocol version passes through
+//! unchanged.
 
 mod client;
 mod frames;
@@ -11,4 +12,4 @@ pub use client::{
     BrokerClient, ClientError, PROBE_PATH, SESSION_PATH, STOP_PATH, UPGRADE_PROTOCOL,
 };
 pub use frames::{Frame, FrameReader, MAX_FRAME_BYTES};
-pub use relay::{RelayEnd, oversized_error, oversized_reply, relay};
+pub use relay::{RelayEnd, oversized_error, oversized_reply, relay, request_id_in_prefix};

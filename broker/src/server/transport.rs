@@ -2,9 +2,11 @@
 //! reader in front, one writer task behind.
 //!
 //! Invariants: every inbound line is either handed to rmcp as a parsed message or
-//! answered here with a JSON-RPC error (oversized, unparseable, not JSON-RPC); no frame
-//! larger than the cap is ever buffered; outbound frames are serialized and written by
-//! one task, so replies and error answers never interleave mid-line.
+//! answered here with a JSON-RPC error (oversized, unparseable, not JSON-RPC, a batch,
+//! a request before `initialize`, a `tools/call` without a name or with non-object
+//! arguments, a request whose id is still in flight); no frame larger than the cap is
+//! ever buffered; outbound frames are serialized and written by one task, so replies
+//! and error answers never interleave mid-line.
 
 use std::borrow::Cow;
 
@@ -19,7 +21,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 
-use marsh_connect_proxy::{Frame, FrameReader, MAX_FRAME_BYTES, oversized_error};
+use marsh_connect_proxy::{
+    Frame, FrameReader, MAX_FRAME_BYTES, oversized_error, request_id_in_prefix,
+};
 
 const INBOUND_QUEUE: usize = 32;
 const OUTBOUND_QUEUE: usize = 64;
@@ -41,8 +45,9 @@ impl Pending {
         self.ids.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn add(&self, id: String) {
-        self.lock().insert(id);
+    /// Records a request; false when one with the same id is still unanswered.
+    fn add(&self, id: String) -> bool {
+        self.lock().insert(id)
     }
 
     fn done(&self, id: &str) {
@@ -131,8 +136,10 @@ fn error_frame(id: Value, code: i64, message: &str) -> Vec<u8> {
     reply.to_string().into_bytes()
 }
 
-fn oversized_frame(len: usize) -> Vec<u8> {
-    let reply = json!({"jsonrpc": "2.0", "id": Value::Null, "error": oversized_error(len)});
+/// The answer to an oversized frame: the request's id when its prefix shows one.
+fn oversized_frame(len: usize, prefix: &[u8]) -> Vec<u8> {
+    let id = request_id_in_prefix(prefix).unwrap_or(Value::Null);
+    let reply = json!({"jsonrpc": "2.0", "id": id, "error": oversized_error(len)});
     reply.to_string().into_bytes()
 }
 
@@ -151,9 +158,9 @@ enum Inbound {
 
 fn classify(frame: Frame, initialize_seen: &mut bool) -> Inbound {
     let line = match frame {
-        Frame::Oversized { len } => {
+        Frame::Oversized { len, prefix } => {
             tracing::warn!(len, "discarded an oversized frame");
-            return Inbound::Reply(oversized_frame(len));
+            return Inbound::Reply(oversized_frame(len, &prefix));
         }
         Frame::Line(line) => line,
     };
@@ -164,11 +171,43 @@ fn classify(frame: Frame, initialize_seen: &mut bool) -> Inbound {
         Ok(v) => v,
         Err(_) => return Inbound::Reply(error_frame(Value::Null, -32700, "parse error: not JSON")),
     };
+    if value.is_array() {
+        return Inbound::Reply(error_frame(
+            Value::Null,
+            -32600,
+            "invalid request: batches (JSON arrays) are not supported; send one message per line",
+        ));
+    }
     let id = value.get("id").cloned();
     let method = value
         .get("method")
         .and_then(Value::as_str)
         .map(str::to_owned);
+    if let (Some(method), Some(id)) = (method.as_deref(), &id) {
+        if method != "initialize" && !*initialize_seen {
+            return Inbound::Reply(error_frame(
+                id.clone(),
+                -32600,
+                "the session is not initialized: send `initialize` first",
+            ));
+        }
+        if method == "tools/call" {
+            let params = value.get("params");
+            let named = params
+                .and_then(|p| p.get("name"))
+                .is_some_and(Value::is_string);
+            let arguments_ok = params
+                .and_then(|p| p.get("arguments"))
+                .is_none_or(|a| a.is_object() || a.is_null());
+            if !named || !arguments_ok {
+                return Inbound::Reply(error_frame(
+                    id.clone(),
+                    -32602,
+                    "invalid params: tools/call needs a string `name` and object `arguments`",
+                ));
+            }
+        }
+    }
     let cancelled_id = value.pointer("/params/requestId").map(Value::to_string);
     match serde_json::from_value::<RxJsonRpcMessage<RoleServer>>(value) {
         Ok(message) => {
@@ -203,6 +242,16 @@ fn classify(frame: Frame, initialize_seen: &mut bool) -> Inbound {
     }
 }
 
+/// The id of a request message (null for anything else).
+fn message_id(message: &RxJsonRpcMessage<RoleServer>) -> Value {
+    match message {
+        JsonRpcMessage::Request(request) => {
+            serde_json::to_value(&request.id).unwrap_or(Value::Null)
+        }
+        _ => Value::Null,
+    }
+}
+
 async fn read_frames<R: AsyncBufRead + Unpin>(
     mut frames: FrameReader<R>,
     inbound: mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
@@ -225,8 +274,21 @@ async fn read_frames<R: AsyncBufRead + Unpin>(
                 request,
                 cancels,
             } => {
-                if let Some(id) = request {
-                    pending.add(id);
+                if let Some(id) = request
+                    && !pending.add(id)
+                {
+                    // Two requests may not share an id while the first is unanswered:
+                    // the second never runs (its reply would be ambiguous).
+                    let id = message_id(&message);
+                    let refusal = error_frame(
+                        id,
+                        -32600,
+                        "invalid request: a request with this id is still in flight",
+                    );
+                    if outbound.send(refusal).await.is_err() {
+                        return;
+                    }
+                    continue;
                 }
                 if let Some(id) = cancels {
                     // A cancelled request gets no reply; do not wait for one.
@@ -326,7 +388,18 @@ mod tests {
     #[test]
     fn bad_frames_are_answered_here_and_never_reach_rmcp() {
         let mut seen = false;
-        let oversized = reply(classify(Frame::Oversized { len: 2 << 20 }, &mut seen));
+        let cut = br#"{"jsonrpc":"2.0","id":41,"method":"tools/call","params":{"#.to_vec();
+        let oversized = reply(classify(
+            Frame::Oversized {
+                len: 2 << 20,
+                prefix: cut,
+            },
+            &mut seen,
+        ));
+        assert_eq!(
+            oversized["id"], 41,
+            "the id found in the prefix is answered"
+        );
         assert_eq!(oversized["error"]["code"], -32600);
         assert!(
             oversized["error"]["message"]
@@ -347,6 +420,40 @@ mod tests {
             (Value::from(7), Value::from(-32600))
         );
         assert!(matches!(classify(line("   "), &mut seen), Inbound::Ignore));
+        let batch = reply(classify(
+            line(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#),
+            &mut seen,
+        ));
+        assert_eq!(
+            (batch["id"].clone(), batch["error"]["code"].clone()),
+            (Value::Null, Value::from(-32600))
+        );
+        let early = reply(classify(
+            line(r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#),
+            &mut seen,
+        ));
+        assert_eq!(
+            (early["id"].clone(), early["error"]["code"].clone()),
+            (Value::from(2), Value::from(-32600))
+        );
+        assert!(
+            early["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("initialize")
+        );
+        seen = true;
+        for params in [
+            r#"{}"#,
+            r#"{"name":5}"#,
+            r#"{"name":"status","arguments":[1]}"#,
+        ] {
+            let frame =
+                format!(r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{params}}}"#);
+            let nameless = reply(classify(line(&frame), &mut seen));
+            assert_eq!(nameless["error"]["code"], -32602, "{params}");
+            assert_eq!(nameless["id"], 3);
+        }
     }
 
     #[test]

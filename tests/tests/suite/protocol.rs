@@ -23,6 +23,10 @@ fn two_mib_frame_is_answered_and_the_session_continues() {
         .recv(Duration::from_secs(30))
         .expect("an answer to the oversized frame");
     assert_eq!(reply["error"]["code"], -32600, "{reply}");
+    assert_eq!(
+        reply["id"], 99,
+        "the id found in the frame's prefix is answered"
+    );
     assert!(
         reply["error"]["message"]
             .as_str()
@@ -222,4 +226,77 @@ fn flag_like_selections_and_selectors_never_reach_marsh() {
         before,
         "a refused value never reaches marsh"
     );
+}
+
+/// Duplicate in-flight ids, batches, oversized frames (answered with their id),
+/// nameless `tools/call` and requests before `initialize` are each answered with a
+/// JSON-RPC error, and the session goes on.
+fn protocol_edges_are_answered(s: &mut Server, workspace: &std::path::Path) {
+    let call = |id: u64, command: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "shell_run", "arguments": {"command": command, "wait_ms": 20000}}})
+    };
+    s.send(&call(900, "sleep 1; echo first"));
+    s.send(&call(900, "touch second-ran"));
+    let refused = s.reply_to(900);
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    let first = s.reply_to(900);
+    assert_eq!(
+        first["result"]["structuredContent"]["data"]["stdout_text"], "first\n",
+        "{first}"
+    );
+    assert!(!workspace.join("second-ran").exists(), "the duplicate ran");
+
+    s.send_raw(b"[{\"jsonrpc\":\"2.0\",\"id\":901,\"method\":\"ping\"}]\n");
+    let batch = s
+        .recv(Duration::from_secs(10))
+        .expect("a batch gets an answer");
+    assert_eq!(
+        (batch["id"].clone(), batch["error"]["code"].clone()),
+        (Value::Null, json!(-32600))
+    );
+
+    let mut frame =
+        br#"{"jsonrpc":"2.0","id":902,"method":"tools/call","params":{"name":"shell_run","arguments":{"command":""#.to_vec();
+    frame.extend(std::iter::repeat_n(b'x', 2 * 1024 * 1024));
+    frame.extend_from_slice(b"\"}}}\n");
+    s.send_raw(&frame);
+    let oversized = s.reply_to(902);
+    assert_eq!(oversized["error"]["code"], -32600, "{oversized}");
+
+    for params in [json!({}), json!({"name": "status", "arguments": [1]})] {
+        let id = s.next_request_id();
+        s.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}));
+        assert_eq!(s.reply_to(id)["error"]["code"], -32602, "{params}");
+    }
+    assert_eq!(s.ok("status", json!({}))["scope_id"], "default");
+}
+
+#[test]
+fn protocol_edges_are_answered_directly_and_through_connect() {
+    let sb = Sandbox::new();
+    let mut early = Server::spawn(sb.marsh_mcp(&sb.serve_home_args(&[]), &[]));
+    early.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}));
+    let answer = early.reply_to(1);
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("initialize")
+    );
+    assert!(
+        early.initialize().get("result").is_some(),
+        "the session still starts"
+    );
+
+    let mut direct = Server::start(&sb, &sb.serve_home_args(&[]), &[]);
+    protocol_edges_are_answered(&mut direct, &sb.workspace());
+    drop(direct);
+
+    let other = Sandbox::new();
+    let (code, stderr) = other.broker_start();
+    assert_eq!(code, Some(0), "{stderr}");
+    let mut proxied = other.connect();
+    protocol_edges_are_answered(&mut proxied, &other.workspace());
 }
