@@ -25,6 +25,8 @@ pub enum Frame {
 pub struct FrameReader<R> {
     inner: R,
     max: usize,
+    /// Once a frame has begun, the rest must arrive within this; `None` waits forever.
+    partial_timeout: Option<std::time::Duration>,
 }
 
 impl<R: AsyncBufRead + Unpin> FrameReader<R> {
@@ -33,7 +35,18 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
     }
 
     pub fn with_limit(inner: R, max: usize) -> Self {
-        Self { inner, max }
+        Self {
+            inner,
+            max,
+            partial_timeout: None,
+        }
+    }
+
+    /// A peer that starts a frame and stalls holds a session open with nothing to
+    /// answer; with this bound, `next_frame` fails with `TimedOut` instead.
+    pub fn with_partial_timeout(mut self, bound: std::time::Duration) -> Self {
+        self.partial_timeout = Some(bound);
+        self
     }
 
     /// The next frame, or `None` at end of input. A final unterminated line is returned
@@ -43,7 +56,17 @@ impl<R: AsyncBufRead + Unpin> FrameReader<R> {
         let mut seen = 0usize;
         let mut oversized = false;
         loop {
-            let buf = self.inner.fill_buf().await?;
+            let buf = match (self.partial_timeout, seen) {
+                (Some(bound), 1..) => tokio::time::timeout(bound, self.inner.fill_buf())
+                    .await
+                    .map_err(|_| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("a frame stayed incomplete for {} s", bound.as_secs()),
+                    )
+                })??,
+                _ => self.inner.fill_buf().await?,
+            };
             if buf.is_empty() {
                 return Ok(match (seen, oversized) {
                     (0, _) => None,
@@ -121,6 +144,21 @@ mod tests {
                 Frame::Line(b"cd".to_vec())
             ]
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_partial_frame_times_out_but_an_idle_peer_does_not() {
+        let (mut peer, ours) = tokio::io::duplex(64);
+        let mut frames = FrameReader::new(tokio::io::BufReader::new(ours))
+            .with_partial_timeout(std::time::Duration::from_secs(60));
+        use tokio::io::AsyncWriteExt;
+        // Idle between frames: no deadline.
+        let idle =
+            tokio::time::timeout(std::time::Duration::from_secs(600), frames.next_frame()).await;
+        assert!(idle.is_err(), "an idle peer must not time out");
+        peer.write_all(b"{\"half\":").await.unwrap();
+        let err = frames.next_frame().await.unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
     }
 
     proptest! {

@@ -30,6 +30,10 @@ const OUTBOUND_QUEUE: usize = 64;
 /// How long a session whose input ended keeps serving the requests it already has.
 /// Above the longest in-request wait (55 s) plus the cancel settle time.
 const DRAIN_BOUND: Duration = Duration::from_secs(70);
+/// A frame begun but not completed within this ends the session's input, as a
+/// disconnect does (its operations are cancelled): a peer holding half a line would
+/// otherwise keep the session, and its operations, alive forever.
+const PARTIAL_FRAME_BOUND: Duration = Duration::from_secs(60);
 
 /// Requests read but not yet answered, by canonical JSON id. When input ends, the
 /// session stays up until this is empty (bounded), so a client that half-closes after
@@ -97,7 +101,7 @@ impl LineTransport {
         let pending = Arc::new(Pending::default());
         tokio::spawn(write_frames(write, out_rx));
         tokio::spawn(read_frames(
-            FrameReader::new(read),
+            FrameReader::new(read).with_partial_timeout(PARTIAL_FRAME_BOUND),
             in_tx,
             out_tx.clone(),
             Arc::clone(&pending),

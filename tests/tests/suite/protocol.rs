@@ -300,3 +300,47 @@ fn protocol_edges_are_answered_directly_and_through_connect() {
     let mut proxied = other.connect();
     protocol_edges_are_answered(&mut proxied, &other.workspace());
 }
+
+#[test]
+fn a_session_stalled_on_half_a_frame_ends_and_cancels_its_operations() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb, &sb.serve_home_args(&[]), &[]);
+    s.ok(
+        "shell_run",
+        json!({"command": "sleep 300.5151", "wait_ms": 0}),
+    );
+    s.send_raw(br#"{"jsonrpc":"2.0","id":77,"method":"#);
+    let started = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = s.try_wait() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(150),
+            "the stalled session was never closed"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        started.elapsed() >= Duration::from_secs(55),
+        "closed before the partial-frame bound: {:?} ({status})",
+        started.elapsed()
+    );
+    // The session's operation was cancelled with it: its job is gone from the host.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let running = std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains("300.5151"))
+                .unwrap_or(false)
+        });
+        if !running {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the operation outlived its session"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

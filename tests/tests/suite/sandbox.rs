@@ -245,8 +245,9 @@ fn kill_9_of_serve_ends_every_job_process_and_the_scope_stops_after_a_restart() 
         .as_str()
         .unwrap()
         .to_string();
-    let (command, mut markers) = escapees(72_000, "sleep 300");
-    markers.push("sleep 300".into());
+    // Markers are unique to this test: other tests run their own `sleep`s meanwhile.
+    let (command, mut markers) = escapees(72_000, "sleep 301.72");
+    markers.push("sleep 301.72".into());
     s.ok(
         "scope_run",
         json!({"scope_id": scope, "command": command, "timeout_ms": 20000, "wait_ms": 0}),
