@@ -11,6 +11,7 @@ mod binding;
 mod error;
 mod identity;
 mod lease;
+mod mount_id;
 mod naming;
 mod owner;
 mod registry;

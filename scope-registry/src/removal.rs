@@ -14,6 +14,10 @@
 //!   deletion continues anywhere.
 //! - Memory, recursion depth and open descriptors are bounded by `max_entries` and
 //!   `max_depth` (one open directory per level).
+//! - The walk never crosses into another mount: every entry's mount id (`statx`) must be
+//!   the home's, so a bind mount inside a home (even of the same filesystem, which
+//!   `st_dev` cannot tell) refuses the removal before anything is deleted. A kernel that
+//!   cannot report mount ids refuses every removal that has entries.
 
 use std::collections::HashSet;
 use std::ffi::{CStr, CString, OsStr};
@@ -28,6 +32,7 @@ use nix::sys::stat::{FileStat, Mode, fstat, fstatat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use crate::DirIdentity;
+use crate::mount_id::{MountIdError, mount_id_at};
 
 /// Bounds of the validation walk. Exceeding either refuses the whole removal.
 #[derive(Debug, Clone, Copy)]
@@ -97,6 +102,16 @@ pub enum RemovalError {
     ForeignOwner { path: PathBuf, uid: u32, euid: u32 },
     #[error("{path:?} is a special file ({kind})")]
     SpecialFile { path: PathBuf, kind: &'static str },
+    #[error(
+        "{path:?} is a mount point (mount {mount}, the home's {home_mount}); refusing to remove across it"
+    )]
+    MountPoint {
+        path: PathBuf,
+        mount: u64,
+        home_mount: u64,
+    },
+    #[error("cannot read the mount id of {path:?}: {reason}")]
+    MountUnknown { path: PathBuf, reason: String },
     #[error("{path:?} is on another filesystem (dev {dev}, home dev {home_dev})")]
     CrossDevice {
         path: PathBuf,
@@ -264,7 +279,19 @@ struct Walk {
     limits: RemovalLimits,
     euid: u32,
     home_dev: u64,
+    home_mount: u64,
     entries: usize,
+}
+
+/// The mount id of `name` in `dir` (empty name: `dir`), as a removal error on failure.
+fn mount_of(dir: impl AsFd, name: &CStr, path: &Path) -> Result<u64, RemovalError> {
+    mount_id_at(dir, name).map_err(|e| RemovalError::MountUnknown {
+        path: path.to_owned(),
+        reason: match e {
+            MountIdError::Sys(errno) => errno.desc().to_owned(),
+            MountIdError::Unsupported => "the kernel does not report mount ids (Linux 5.8+)".into(),
+        },
+    })
 }
 
 /// Phase 1 for the directory `dir` at `depth` (the home is depth 0). Read-only.
@@ -307,6 +334,14 @@ fn prewalk(
                 path: entry_path,
                 dev: id.dev,
                 home_dev: walk.home_dev,
+            });
+        }
+        let mount = mount_of(&*dir, &name, &entry_path)?;
+        if mount != walk.home_mount {
+            return Err(RemovalError::MountPoint {
+                path: entry_path,
+                mount,
+                home_mount: walk.home_mount,
             });
         }
         let kind = kind_of(&st, &entry_path)?;
@@ -367,11 +402,13 @@ fn validate(
             euid,
         });
     }
+    let home_mount = mount_of(&home_fd, c"", &home_path)?;
     let mut home = Dir::from_fd(home_fd).map_err(open_err)?;
     let mut walk = Walk {
         limits,
         euid,
         home_dev: found.dev,
+        home_mount,
         entries: 0,
     };
     let tree = prewalk(&mut home, &home_path, 0, &mut walk)?;
@@ -690,6 +727,44 @@ mod tests {
             "{err}"
         );
         assert_intact(&home, &["mine.txt", "sub/theirs.txt"]);
+    }
+
+    #[test]
+    #[ignore = "needs root to bind-mount; `make test` runs it with --ignored when root"]
+    fn a_bind_mount_inside_the_home_refuses_and_deletes_nothing() {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "this test bind-mounts a directory and must run as root (`make test` as root runs it)"
+        );
+        let tmp = tempfile::tempdir().unwrap();
+        let id = make_home(tmp.path(), "home");
+        let home = tmp.path().join("home");
+        write(&home.join("mine.txt"), "m");
+        write(&home.join("mnt/.keep"), "k");
+        // Same filesystem as the home: st_dev cannot tell the mount apart.
+        let outside = tmp.path().join("outside");
+        write(&outside.join("precious.txt"), "p");
+        let status = std::process::Command::new("mount")
+            .arg("--bind")
+            .arg(&outside)
+            .arg(home.join("mnt"))
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount --bind failed");
+        let err = remove(tmp.path(), id);
+        let _ = std::process::Command::new("umount")
+            .arg(home.join("mnt"))
+            .status();
+        let err = err.unwrap_err();
+        assert!(
+            matches!(&err, RemovalError::MountPoint { path, .. } if path.ends_with("mnt")),
+            "{err}"
+        );
+        assert_intact(&home, &["mine.txt", "mnt/.keep"]);
+        assert_eq!(
+            std::fs::read_to_string(outside.join("precious.txt")).unwrap(),
+            "p"
+        );
     }
 
     #[test]
