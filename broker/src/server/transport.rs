@@ -188,6 +188,11 @@ fn classify(frame: Frame, initialize_seen: &mut bool) -> Inbound {
         .and_then(Value::as_str)
         .map(str::to_owned);
     if let (Some(method), Some(id)) = (method.as_deref(), &id) {
+        if method == "ping" && !*initialize_seen {
+            // The one request the spec allows before `initialize`.
+            let pong = json!({"jsonrpc": "2.0", "id": id, "result": {}});
+            return Inbound::Reply(pong.to_string().into_bytes());
+        }
         if method != "initialize" && !*initialize_seen {
             return Inbound::Reply(error_frame(
                 id.clone(),
