@@ -541,6 +541,27 @@ impl Drop for Server {
     }
 }
 
+/// Host processes whose command line contains `marker` ("pid: cmdline" each).
+pub fn host_processes_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(cmdline) = fs::read(entry.path().join("cmdline")) {
+            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if text.contains(marker) {
+                found.push(format!("{}: {text}", name.to_string_lossy()));
+            }
+        }
+    }
+    found
+}
+
 /// Polls `operation_get` until the operation ends.
 pub fn wait_op(server: &mut Server, id: &str) -> Value {
     for _ in 0..40 {

@@ -25,9 +25,11 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// `user_home` is the caller's `HOME`, where the per-user backend settings live.
 pub fn status(home: &Home, user_home: Option<&OsString>) -> Result<String> {
     inject::check(home, Verb::Status)?;
-    let backend = BackendReport::predicted(home, user_home);
+    // Without a daemon, the backend is reported as a boot would find it (a running
+    // daemon reports what it put in force instead).
+    let predicted = || BackendReport::predicted(home, user_home);
     if !home.exists() {
-        return to_json(&absent_status("absent", Vec::new(), None, backend));
+        return to_json(&absent_status("absent", Vec::new(), None, predicted()));
     }
     match daemon_link::quick(home, Op::Status)? {
         Some(Reply::Status { status }) => to_json(&status),
@@ -38,7 +40,7 @@ pub fn status(home: &Home, user_home: Option<&OsString>) -> Result<String> {
             let pid = daemon_link::daemon_lock_held(home)
                 .then(|| daemon_link::recorded_pid(home))
                 .flatten();
-            to_json(&absent_status("present", workers, pid, backend))
+            to_json(&absent_status("present", workers, pid, predicted()))
         }
     }
 }

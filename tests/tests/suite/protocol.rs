@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use marsh_tests::{Sandbox, Server};
+use marsh_tests::{Sandbox, Server, host_processes_with};
 use serde_json::{Value, json};
 
 fn raw_server(sb: &Sandbox) -> Server {
@@ -329,12 +329,7 @@ fn a_session_stalled_on_half_a_frame_ends_and_cancels_its_operations() {
     // The session's operation was cancelled with it: its job is gone from the host.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let running = std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-            std::fs::read(e.path().join("cmdline"))
-                .map(|c| String::from_utf8_lossy(&c).contains("300.5151"))
-                .unwrap_or(false)
-        });
-        if !running {
+        if host_processes_with("sleep 300.5151").is_empty() {
             break;
         }
         assert!(

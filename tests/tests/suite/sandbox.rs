@@ -9,7 +9,7 @@ use std::net::TcpListener;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::time::{Duration, Instant};
 
-use marsh_tests::{Sandbox, Server, wait_op};
+use marsh_tests::{Sandbox, Server, host_processes_with, wait_op};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
@@ -31,24 +31,6 @@ fn run(s: &mut Server, command: &str) -> Value {
 
 fn stdout(data: &Value) -> &str {
     data["stdout_text"].as_str().unwrap_or_default()
-}
-
-/// Host processes whose command line contains `marker`.
-fn host_processes_with(marker: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in fs::read_dir("/proc").unwrap().flatten() {
-        let name = entry.file_name();
-        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        if let Ok(cmdline) = fs::read(entry.path().join("cmdline")) {
-            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            if text.contains(marker) {
-                found.push(format!("{}: {text}", name.to_string_lossy()));
-            }
-        }
-    }
-    found
 }
 
 /// Asserts that no host process carries any of `markers` within [`GONE_BOUND`].
