@@ -115,6 +115,28 @@ pub fn kill_group(pgid: nix::unistd::Pid) {
     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
 }
 
+/// SIGKILLs a sandbox started as `pid` (bubblewrap, leading its own process group):
+/// first its direct children, then the whole group. bubblewrap's in-sandbox init may
+/// already have moved to a session of its own (`--new-session`), out of the group's
+/// reach; it is pid 1 of the sandbox's pid namespace, so its death ends everything in
+/// the sandbox even if bubblewrap's parent-death signal was not armed yet. The caller
+/// must not have reaped `pid`, so the children listed are still its own.
+pub fn kill_container(pid: nix::unistd::Pid) {
+    let children = format!("/proc/{pid}/task/{pid}/children");
+    if let Ok(text) = fs::read_to_string(children) {
+        for child in text
+            .split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+    kill_group(pid);
+}
+
 /// Blocks until the child `pid` has exited, without reaping it: the zombie keeps its
 /// pid and process group id reserved until the caller reaps it, so signalling the
 /// group in between can never hit a recycled id.

@@ -171,7 +171,7 @@ impl KitJob {
         let mut child = spawned.map_err(|e| format!("starting kit {}: {e}", self.name))?;
         let pid = util::child_pid(&child);
         if !self.daemon.kit_job_started(self.key(), pid) {
-            util::kill_group(pid);
+            util::kill_container(pid);
         }
         util::wait_exit_unreaped(pid);
         // The leader is an unreaped zombie: its group id is still ours to signal.

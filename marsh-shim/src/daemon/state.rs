@@ -359,7 +359,7 @@ impl Daemon {
         if let Some(job) = st.kit_jobs.get_mut(&key) {
             job.cancelled = true;
             if let Some(pgid) = job.pgid {
-                util::kill_group(pgid);
+                util::kill_container(pgid);
             }
         }
     }
