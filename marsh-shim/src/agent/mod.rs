@@ -54,8 +54,8 @@ struct JobSlot {
     contained: bool,
     /// A cancel that arrived while the job was starting; honoured once `pid` is known.
     cancelled: bool,
-    /// Set once the leader's exit has been observed. Until then the leader is at
-    /// worst an unreaped zombie, so `pid` cannot have been recycled.
+    /// Set once the leader's (or init's) exit has been observed, before it is reaped:
+    /// until then `pid` cannot have been recycled, and from then on no kill is sent.
     exited: bool,
 }
 
@@ -303,8 +303,12 @@ impl Agent {
                 self.finish_and_recycle(pool, job, contained, end);
             }
             container::Report::Died => {
-                let cancelled = lock(&self.jobs).get(&job).is_some_and(|s| s.cancelled);
-                // The ending is reported only once the namespace is empty.
+                // No kill may be sent from here on: once init is reaped its pid can be
+                // reused. The ending is reported only once the namespace is empty.
+                let cancelled = lock(&self.jobs).get_mut(&job).is_some_and(|slot| {
+                    slot.exited = true;
+                    slot.cancelled
+                });
                 contained.close();
                 let end = if cancelled {
                     JobEnd::Ended(KILLED)
