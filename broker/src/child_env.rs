@@ -130,6 +130,7 @@ impl ChildEnv {
         if with_home {
             names.push("MARSH_HOME".into());
             names.push("MARSH_SBX".into());
+            names.push(crate::marsh::MARSHD_FD_VAR.into());
         }
         names
     }

@@ -7,6 +7,7 @@ use tokio::sync::Semaphore;
 use crate::admission::GlobalCap;
 use crate::marsh::MarshDriver;
 use crate::operations::OperationTable;
+use crate::redact::HostPaths;
 use crate::scopes::ScopeSet;
 
 /// Concurrent read queries (status, results) that may hold a marsh child; reads are
@@ -24,6 +25,8 @@ pub(crate) struct ServerContext {
     pub cap: GlobalCap,
     pub reads: Semaphore,
     pub allow_full_sbx_control: bool,
+    /// Every tool result passes through it: no host path but the workspace goes out.
+    pub host_paths: HostPaths,
 }
 
 impl ServerContext {
@@ -34,6 +37,21 @@ impl ServerContext {
         scopes: ScopeSet,
         allow_full_sbx_control: bool,
     ) -> Self {
+        let mut places = vec![match scopes.root_path() {
+            Some(root) => (root, "scope-root"),
+            None => (scopes.legacy_home().unwrap_or_default(), "marsh-home"),
+        }];
+        for pin in driver.pins() {
+            if let Some(dir) = pin.path().parent() {
+                let role = if pin.role() == "sbx" {
+                    "sbx-install-dir"
+                } else {
+                    "marsh-install-dir"
+                };
+                places.push((dir.to_path_buf(), role));
+            }
+        }
+        let host_paths = HostPaths::new(&workspace, places);
         Self {
             workspace,
             workspace_hash,
@@ -43,6 +61,7 @@ impl ServerContext {
             cap: GlobalCap::default(),
             reads: Semaphore::new(READ_QUERY_CAP),
             allow_full_sbx_control,
+            host_paths,
         }
     }
 

@@ -15,6 +15,7 @@ mod marsh;
 mod operations;
 mod output;
 mod pinned;
+mod redact;
 mod resident;
 mod scopes;
 mod server;

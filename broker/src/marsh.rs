@@ -1,8 +1,15 @@
 //! The only place that knows marsh's command line. Every invocation goes through
 //! [`MarshDriver::command`], which revalidates the pinned executables first and gives
 //! the child a cleared, rebuilt environment with cwd = the workspace.
+//!
+//! marsh runs through its pinned descriptor, and receives the pinned `marshd` and
+//! `sbx` descriptors (inherited by marsh only, named by `MARSH_MARSHD_FD` and by
+//! `MARSH_SBX` as a `/proc/self/fd` path), so the three trust anchors run as the inodes
+//! that were verified even if a file is renamed over one after the check. The stand-in
+//! marks inherited descriptors close-on-exec at once, so none reaches its daemon.
 
 use std::ffi::OsString;
+use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -118,8 +125,10 @@ impl MarshDriver {
 
     pub fn revalidate(&self) -> Result<(), ToolError> {
         for pin in self.pins() {
-            pin.revalidate()
-                .map_err(|e| ToolError::new(ErrorKind::ExecutableChanged, e.to_string()))?;
+            pin.revalidate().map_err(|e| {
+                tracing::error!("{}: {} ({})", e.path.display(), e.what, e.detail);
+                ToolError::new(ErrorKind::ExecutableChanged, e.to_string())
+            })?;
         }
         Ok(())
     }
@@ -127,9 +136,16 @@ impl MarshDriver {
     /// A ready-to-spawn marsh invocation against `home`.
     pub fn command(&self, verb: &Verb, home: &Path) -> Result<Command, ToolError> {
         self.revalidate()?;
-        let mut cmd = Command::new(self.marsh.path());
-        cmd.args(verb.argv()).current_dir(&self.workspace);
+        let mut cmd = Command::new(self.marsh.exec_path());
+        cmd.arg0(self.marsh.path())
+            .args(verb.argv())
+            .current_dir(&self.workspace);
         self.env.apply(&mut cmd, Some(home));
+        cmd.env(MARSHD_FD_VAR, self.marshd.raw_fd().to_string());
+        inherit_descriptors(
+            &mut cmd,
+            [self.marsh.raw_fd(), self.marshd.raw_fd(), self.sbx.raw_fd()],
+        );
         Ok(cmd)
     }
 
@@ -193,6 +209,29 @@ impl MarshDriver {
         home: &Path,
     ) -> Result<serde_json::Value, ToolError> {
         answer(self.query(verb, home).await?)
+    }
+}
+
+/// The variable naming the inherited descriptor of the pinned `marshd`.
+pub(crate) const MARSHD_FD_VAR: &str = "MARSH_MARSHD_FD";
+
+/// Lets the child (only) inherit `fds`, which are close-on-exec in this process so
+/// no other child ever receives them. marsh's own descriptor is among them: an
+/// interpreted marsh (`#!`) is reopened by its interpreter through the same
+/// `/proc/self/fd` path after `execve`, so it must survive the exec.
+#[allow(unsafe_code)]
+fn inherit_descriptors(cmd: &mut Command, fds: [RawFd; 3]) {
+    // SAFETY: the hook only calls `fcntl` on integers; it is async-signal-safe. The
+    // flag change affects the child's descriptor table only.
+    unsafe {
+        cmd.pre_exec(move || {
+            for fd in fds {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
     }
 }
 

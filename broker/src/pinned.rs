@@ -8,11 +8,24 @@
 //! not recomputed on that hot path (tens of milliseconds for a large binary): `ctime`
 //! is part of the identity, and no unprivileged writer can set it back, so an in-place
 //! rewrite whose `mtime` was restored still shows up.
+//!
+//! The descriptor the contents were hashed through stays open for the server's life,
+//! and every execution goes through it ([`PinnedExecutable::exec_path`]): checking a
+//! path and then executing the same path are two steps, and a file renamed over the
+//! pinned one between them would run. Through the descriptor, what runs is the
+//! verified inode whatever the path names by then.
+//!
+//! Caller-facing messages ([`ExecutableChanged`]'s `Display`) name the role, never the
+//! path: the path is for the operator's log.
 
 use std::fs::{self, File};
 use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use marsh_scope_registry::{AncestryError, TrustedAncestors};
 
 use sha2::{Digest, Sha256};
 
@@ -52,12 +65,11 @@ pub enum PinError {
         area: &'static str,
         area_path: PathBuf,
     },
-    #[error("the {role} executable {path} has an untrusted ancestor {ancestor}: {why}")]
+    #[error("the {role} executable {path} has an untrusted ancestor: {source}")]
     UntrustedAncestor {
         role: &'static str,
         path: PathBuf,
-        ancestor: PathBuf,
-        why: String,
+        source: AncestryError,
     },
     #[error("cannot hash the {role} executable {path}: {source}")]
     Hash {
@@ -97,16 +109,6 @@ impl FileIdentity {
     }
 }
 
-/// A directory on the trusted ancestor chain: `(dev, ino, uid, mode)` at pin time.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct AncestorPin {
-    path: PathBuf,
-    dev: u64,
-    ino: u64,
-    uid: u32,
-    mode: u32,
-}
-
 /// Areas a trust anchor must not live in, with their names for error messages.
 pub type ForbiddenAreas<'a> = [(&'static str, &'a Path)];
 
@@ -117,19 +119,26 @@ pub struct PinnedExecutable {
     identity: FileIdentity,
     /// Lowercase hex sha256 of the contents, taken at pin time.
     sha256: String,
-    /// Empty unless the anchor requires a trusted ancestor chain.
-    ancestors: Vec<AncestorPin>,
+    /// `None` unless the anchor requires a trusted ancestor chain.
+    ancestors: Option<TrustedAncestors>,
+    /// Invariant: the read-only, close-on-exec descriptor the contents were hashed
+    /// through, whose identity equalled `identity` before and after hashing.
+    file: Arc<OwnedFd>,
 }
 
-/// Why a revalidation failed; the message names the file and the way out.
+/// Why a revalidation failed. The message names the role and the way out, never a
+/// path; `path` and `detail` are for the log.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "the pinned {role} executable {path} changed since marsh-mcp started ({what}); reinstall it if needed and restart marsh-mcp"
+    "the pinned {role} executable changed since marsh-mcp started ({what}); reinstall it if needed and restart marsh-mcp"
 )]
 pub struct ExecutableChanged {
     pub role: &'static str,
     pub path: PathBuf,
+    /// What changed, without any path.
     pub what: String,
+    /// The underlying error, paths included.
+    pub detail: String,
 }
 
 fn euid() -> u32 {
@@ -165,19 +174,43 @@ impl PinnedExecutable {
         })?;
         check_file(role, &path, &meta)?;
         let ancestors = if trusted_ancestors {
-            pin_ancestors(role, &path)?
+            let chain =
+                TrustedAncestors::check(&path).map_err(|source| PinError::UntrustedAncestor {
+                    role,
+                    path: path.clone(),
+                    source,
+                })?;
+            Some(chain)
         } else {
-            Vec::new()
+            None
         };
         let identity = FileIdentity::of(&meta);
-        let sha256 = hash_unchanged(role, &path, identity)?;
+        let (sha256, file) = hash_unchanged(role, &path, identity)?;
         Ok(Self {
             role,
             path,
             identity,
             sha256,
             ancestors,
+            file: Arc::new(file),
         })
+    }
+
+    /// What to execute: the verified descriptor, as a path the kernel resolves to that
+    /// very inode (`/proc/self/fd/N`, valid in the forked child, which inherits the
+    /// descriptor until its `execve` has opened the file). Off Linux there is no such
+    /// path and the pinned path is returned (checked just before, not race-free).
+    pub fn exec_path(&self) -> PathBuf {
+        if cfg!(target_os = "linux") {
+            PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+        } else {
+            self.path.clone()
+        }
+    }
+
+    /// The verified descriptor's number, for handing it to a child.
+    pub fn raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
     }
 
     pub fn path(&self) -> &Path {
@@ -195,26 +228,27 @@ impl PinnedExecutable {
     /// The cheap per-invocation check: one `lstat` of the file and one per pinned
     /// ancestor, compared field by field with the pin.
     pub fn revalidate(&self) -> Result<(), ExecutableChanged> {
-        let changed = |what: String| ExecutableChanged {
+        let changed = |what: String, detail: String| ExecutableChanged {
             role: self.role,
             path: self.path.clone(),
             what,
+            detail,
         };
-        let meta = fs::symlink_metadata(&self.path)
-            .map_err(|e| changed(format!("cannot stat it: {e}")))?;
+        let meta = fs::symlink_metadata(&self.path).map_err(|e| {
+            changed(
+                format!("cannot stat it: {}", e.kind()),
+                format!("{}: {e}", self.path.display()),
+            )
+        })?;
         let now = FileIdentity::of(&meta);
         if now != self.identity {
-            return Err(changed(describe_difference(&self.identity, &now)));
+            let what = describe_difference(&self.identity, &now);
+            return Err(changed(what.clone(), what));
         }
-        for pin in &self.ancestors {
-            let meta = fs::symlink_metadata(&pin.path).map_err(|e| {
-                changed(format!("cannot stat ancestor {}: {e}", pin.path.display()))
-            })?;
-            if (meta.dev(), meta.ino(), meta.uid(), meta.mode())
-                != (pin.dev, pin.ino, pin.uid, pin.mode)
-            {
-                return Err(changed(format!("ancestor {} changed", pin.path.display())));
-            }
+        if let Some(chain) = &self.ancestors {
+            chain
+                .verify()
+                .map_err(|e| changed("a directory above it changed".into(), e.to_string()))?;
         }
         Ok(())
     }
@@ -275,52 +309,14 @@ fn check_file(role: &'static str, path: &Path, meta: &fs::Metadata) -> Result<()
     Ok(())
 }
 
-fn pin_ancestors(role: &'static str, path: &Path) -> Result<Vec<AncestorPin>, PinError> {
-    let euid = euid();
-    let mut pins = Vec::new();
-    for ancestor in path.ancestors().skip(1) {
-        let meta = fs::symlink_metadata(ancestor).map_err(|source| PinError::Resolve {
-            role,
-            path: ancestor.to_owned(),
-            source,
-        })?;
-        let untrusted = |why: String| PinError::UntrustedAncestor {
-            role,
-            path: path.to_owned(),
-            ancestor: ancestor.to_owned(),
-            why,
-        };
-        if !meta.is_dir() {
-            return Err(untrusted("not a directory".into()));
-        }
-        if meta.uid() != 0 && meta.uid() != euid {
-            return Err(untrusted(format!("owned by uid {}", meta.uid())));
-        }
-        let sticky = meta.mode() & 0o1000 != 0;
-        if meta.mode() & 0o022 != 0 && !sticky {
-            return Err(untrusted(format!(
-                "writable by group or others (mode {:o})",
-                meta.mode() & 0o7777
-            )));
-        }
-        pins.push(AncestorPin {
-            path: ancestor.to_owned(),
-            dev: meta.dev(),
-            ino: meta.ino(),
-            uid: meta.uid(),
-            mode: meta.mode(),
-        });
-    }
-    Ok(pins)
-}
-
 /// Hashes through one no-follow descriptor and checks that the descriptor's identity
 /// equals the pinned one before and after, so the hash belongs to the pinned inode.
+/// Returns the hash and that descriptor.
 fn hash_unchanged(
     role: &'static str,
     path: &Path,
     pinned: FileIdentity,
-) -> Result<String, PinError> {
+) -> Result<(String, OwnedFd), PinError> {
     let hash_err = |source| PinError::Hash {
         role,
         path: path.to_owned(),
@@ -348,7 +344,7 @@ fn hash_unchanged(
             path: path.to_owned(),
         });
     }
-    Ok(format!("{:x}", hasher.finalize()))
+    Ok((format!("{:x}", hasher.finalize()), file.into()))
 }
 
 #[cfg(test)]
@@ -379,6 +375,31 @@ mod tests {
             .unwrap();
         let err = pin.revalidate().unwrap_err();
         assert!(err.what.contains("ctime"), "{err}");
+    }
+
+    #[test]
+    fn execution_goes_to_the_pinned_inode_after_a_rename_over_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("marsh");
+        fs::copy("/bin/true", &path).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+        let pin = PinnedExecutable::pin("marsh", &path, false, &[]).unwrap();
+        let swapped = tmp.path().join("swapped");
+        fs::copy("/bin/false", &swapped).unwrap();
+        fs::set_permissions(&swapped, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::rename(&swapped, &path).unwrap();
+        assert!(pin.revalidate().is_err());
+        // Past the check (the race window), what runs is still the pinned `true`.
+        let status = std::process::Command::new(pin.exec_path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "the swapped file ran");
+        assert!(
+            !std::process::Command::new(&path)
+                .status()
+                .unwrap()
+                .success()
+        );
     }
 
     #[test]

@@ -70,11 +70,15 @@ pub struct ScopeSet {
     gates: Mutex<HashMap<ScopeId, Arc<ScopeGate>>>,
 }
 
+/// A registry failure as a caller sees it: no path (the full error goes to the log),
+/// and a displaced root is an identity failure, not a backend one.
 fn registry_failure(e: RegistryError) -> ToolError {
-    ToolError::new(
-        ErrorKind::BackendFailed,
-        format!("cannot persist the scope registry: {e}"),
-    )
+    tracing::error!("scope registry: {e}");
+    let kind = match e {
+        RegistryError::RootDisplaced { .. } => ErrorKind::IdentityInvalid,
+        _ => ErrorKind::BackendFailed,
+    };
+    ToolError::new(kind, format!("scope registry: {}", e.caller_message()))
 }
 
 fn transition_failure(id: ScopeId, e: TransitionError) -> ToolError {
@@ -378,6 +382,23 @@ impl ScopeSet {
             home: root.scope_home(id),
             record: root.registry().record(id).cloned(),
         })
+    }
+
+    /// The legacy home, in legacy mode.
+    pub fn legacy_home(&self) -> Option<PathBuf> {
+        match &self.store {
+            Store::Legacy { home, .. } => Some(home.clone()),
+            Store::Managed(_) => None,
+        }
+    }
+
+    /// Whether the managed root is still the directory claimed at startup (always
+    /// true in legacy mode). A displaced root refuses every later write.
+    pub fn root_in_place(&self) -> Result<(), ToolError> {
+        match &self.store {
+            Store::Legacy { .. } => Ok(()),
+            Store::Managed(root) => lock(root).check_in_place().map_err(registry_failure),
+        }
     }
 
     /// The directory holding generated homes (for removal), in managed mode.

@@ -279,7 +279,7 @@ pub fn validate(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Valida
         &forbidden,
     )?;
     let sbx = PinnedExecutable::pin("sbx", &args.sbx, false, &forbidden)?;
-    let child_env = ChildEnv::build(sbx.path(), env.iter().cloned())?;
+    let child_env = ChildEnv::build(&sbx.exec_path(), env.iter().cloned())?;
 
     Ok(Validated {
         workspace: ws,

@@ -24,6 +24,22 @@ macro_rules! log {
 pub(crate) use log;
 
 /// Milliseconds since the Unix epoch (0 if the clock is before it).
+/// Marks every descriptor from 3 up close-on-exec, so nothing a caller left open (such
+/// as the pinned descriptors marsh-mcp hands to `marsh`) reaches a daemon or a sandbox.
+/// A kernel without `close_range` (before 5.11) is left as is.
+#[allow(unsafe_code)]
+pub fn seal_inherited_descriptors() {
+    // SAFETY: `close_range` with `CLOSE_RANGE_CLOEXEC` only changes descriptor flags.
+    let _ = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+}
+
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -1,44 +1,75 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+use nix::fcntl::{OFlag, openat, renameat};
+use nix::sys::stat::Mode;
+use nix::unistd::{UnlinkatFlags, fsync, unlinkat};
+
 use crate::RegistryError;
 
-/// Publishes `bytes` as `dir/name` so that a reader (or a crash) sees either the old
-/// file or the complete new one: exclusive temp file (0600, no-follow) in the same
-/// directory, fsync, rename over the target, fsync of the directory.
+/// Flags of a directory descriptor used for `*at` calls.
+pub(crate) const DIR_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
+
+/// Publishes `bytes` as `dir/name`; see [`write_atomically_at`].
 pub fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), RegistryError> {
-    let target = dir.join(name);
-    let tmp = dir.join(format!(".{name}.tmp-{}", uuid::Uuid::new_v4().simple()));
+    let fd = File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir)
+        .map_err(|source| RegistryError::Write {
+            path: dir.to_owned(),
+            source,
+        })?;
+    write_atomically_at(fd.as_fd(), dir, name, bytes)
+}
+
+/// Publishes `bytes` as `name` inside the directory `dir` (whose path, `dir_path`,
+/// only names it in errors) so that a reader (or a crash) sees either the old file or
+/// the complete new one: exclusive temp file (0600, no-follow) in the same directory,
+/// fsync, rename over the target, fsync of the directory. Every step is relative to
+/// the descriptor, so the file lands in that directory even if it was moved.
+pub fn write_atomically_at(
+    dir: BorrowedFd<'_>,
+    dir_path: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> Result<(), RegistryError> {
+    let target = dir_path.join(name);
+    let tmp_name = format!(".{name}.tmp-{}", uuid::Uuid::new_v4().simple());
+    let tmp = dir_path.join(&tmp_name);
     let write_err = |source| RegistryError::Write {
         path: tmp.clone(),
         source,
     };
     let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)
-            .map_err(write_err)?;
+        let fd = openat(
+            dir,
+            tmp_name.as_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )
+        .map_err(|e| write_err(e.into()))?;
+        let mut file = File::from(fd);
         file.write_all(bytes).map_err(write_err)?;
         file.sync_all().map_err(write_err)?;
-        std::fs::rename(&tmp, &target).map_err(|source| RegistryError::Write {
+        renameat(dir, tmp_name.as_str(), dir, name).map_err(|e| RegistryError::Write {
             path: target.clone(),
-            source,
+            source: e.into(),
         })?;
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|source| RegistryError::Write {
-                path: dir.to_owned(),
-                source,
-            })
+        fsync(dir).map_err(|e| RegistryError::Write {
+            path: dir_path.to_owned(),
+            source: e.into(),
+        })
     })();
     if result.is_err() {
         // The temp name is unique to this call; removing it cannot touch another file.
-        let _ = std::fs::remove_file(&tmp);
+        let _ = unlinkat(dir, tmp_name.as_str(), UnlinkatFlags::NoRemoveDir);
     }
     result
 }

@@ -1,9 +1,10 @@
+use std::os::fd::BorrowedFd;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use crate::RegistryError;
-use crate::atomic::{read_state_file, write_atomically};
+use crate::atomic::{read_state_file, write_atomically_at};
 
 pub const BINDING_FILE: &str = "workspace.json";
 const BINDING_LIMIT: u64 = 64 * 1024;
@@ -48,12 +49,12 @@ impl WorkspaceBinding {
         Ok(Some(binding))
     }
 
-    pub(crate) fn publish(&self, root: &Path) -> Result<(), RegistryError> {
+    pub(crate) fn publish(&self, dir: BorrowedFd<'_>, root: &Path) -> Result<(), RegistryError> {
         let bytes = serde_json::to_vec_pretty(self).map_err(|e| RegistryError::Corrupt {
             path: root.join(BINDING_FILE),
             reason: e.to_string(),
         })?;
-        write_atomically(root, BINDING_FILE, &bytes)
+        write_atomically_at(dir, root, BINDING_FILE, &bytes)
     }
 
     pub(crate) fn verify(&self, root: &Path, wanted: &Self) -> Result<(), RegistryError> {

@@ -6,6 +6,7 @@
 //! twice: directories are checked with `lstat` (no symlink is ever followed) and files
 //! are opened with `O_NOFOLLOW`.
 
+mod ancestry;
 mod atomic;
 mod binding;
 mod error;
@@ -18,7 +19,8 @@ mod registry;
 mod removal;
 mod root;
 
-pub use atomic::write_atomically;
+pub use ancestry::{AncestryError, TrustedAncestors};
+pub use atomic::{write_atomically, write_atomically_at};
 pub use binding::WorkspaceBinding;
 pub use error::RegistryError;
 pub use identity::DirIdentity;

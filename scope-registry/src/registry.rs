@@ -6,13 +6,14 @@
 //! hidden from callers and reported by `doctor`.
 
 use std::collections::BTreeMap;
+use std::os::fd::BorrowedFd;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::atomic::{read_state_file, write_atomically};
+use crate::atomic::{read_state_file, write_atomically_at};
 use crate::{DirIdentity, RegistryError};
 
 pub const REGISTRY_FILE: &str = "scopes.json";
@@ -322,13 +323,14 @@ impl Registry {
         Ok(Some(Self::from_raw(raw)))
     }
 
-    pub fn publish(&self, root: &Path) -> Result<(), RegistryError> {
+    /// Publishes `scopes.json` inside the root directory `dir` (named `root` in errors).
+    pub fn publish(&self, dir: BorrowedFd<'_>, root: &Path) -> Result<(), RegistryError> {
         let bytes =
             serde_json::to_vec_pretty(&self.to_json()).map_err(|e| RegistryError::Corrupt {
                 path: root.join(REGISTRY_FILE),
                 reason: e.to_string(),
             })?;
-        write_atomically(root, REGISTRY_FILE, &bytes)
+        write_atomically_at(dir, root, REGISTRY_FILE, &bytes)
     }
 
     pub fn record(&self, id: ScopeId) -> Option<&ScopeRecord> {
@@ -481,7 +483,11 @@ mod tests {
         assert_eq!(reg.default.state, ScopeState::Stopped);
         assert!(reg.malformed.contains_key(&id));
         assert!(reg.invalid_keys.contains_key("NOT-A-UUID"));
-        reg.publish(tmp.path()).unwrap();
+        reg.publish(
+            std::os::fd::AsFd::as_fd(&std::fs::File::open(tmp.path()).unwrap()),
+            tmp.path(),
+        )
+        .unwrap();
         let again = Registry::load(tmp.path()).unwrap().unwrap();
         assert_eq!(again, reg);
         std::fs::write(tmp.path().join(REGISTRY_FILE), br#"{"version":1,"default":{"state":"ready","home":{"dev":1,"ino":2,"uid":3,"mode":1},"path":"/x"}}"#).unwrap();
@@ -586,7 +592,7 @@ mod tests {
                 let raw: RawRegistry = serde_json::from_value(reg.to_json()).unwrap();
                 prop_assert_eq!(Registry::from_raw(raw), reg.clone());
             }
-            reg.publish(tmp.path()).unwrap();
+            reg.publish(std::os::fd::AsFd::as_fd(&std::fs::File::open(tmp.path()).unwrap()), tmp.path()).unwrap();
             prop_assert_eq!(Registry::load(tmp.path()).unwrap().unwrap(), reg);
         }
     }

@@ -27,11 +27,12 @@ use std::path::{Path, PathBuf};
 
 use nix::dir::Dir;
 use nix::errno::Errno;
-use nix::fcntl::{OFlag, open, openat};
+use nix::fcntl::{open, openat};
 use nix::sys::stat::{FileStat, Mode, fstat, fstatat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use crate::DirIdentity;
+use crate::atomic::DIR_FLAGS;
 use crate::mount_id::{MountIdError, mount_id_at};
 
 /// Bounds of the validation walk. Exceeding either refuses the whole removal.
@@ -154,11 +155,6 @@ struct Validated {
     expected: DirIdentity,
     tree: Vec<Node>,
 }
-
-const DIR_FLAGS: OFlag = OFlag::O_RDONLY
-    .union(OFlag::O_DIRECTORY)
-    .union(OFlag::O_NOFOLLOW)
-    .union(OFlag::O_CLOEXEC);
 
 /// Removes the directory `parent/name`, which must be exactly `expected` (dev, ino, uid,
 /// mode via `fstat` of a no-follow descriptor).

@@ -458,6 +458,14 @@ impl Server {
         envelope["data"].clone()
     }
 
+    /// Starts a generated scope (managed mode) and returns its id.
+    pub fn start_scope(&mut self) -> String {
+        self.ok("scope_start", json!({}))["scope_id"]
+            .as_str()
+            .expect("scope id")
+            .to_string()
+    }
+
     /// Calls a tool expecting failure and returns `error.kind`.
     pub fn err_kind(&mut self, name: &str, arguments: Value) -> String {
         let envelope = self.call(name, arguments);

@@ -83,6 +83,18 @@ pub(crate) async fn doctor(ctx: &ServerContext) -> ToolResult {
             Err(e) => check(&name, false, e.to_string()),
         });
     }
+    checks.push(match ctx.scopes.root_in_place() {
+        Ok(()) => check(
+            "scope_root",
+            true,
+            if ctx.scopes.is_managed() {
+                "the development root and its ancestors are the ones claimed at startup"
+            } else {
+                "legacy mode: no development root"
+            },
+        ),
+        Err(e) => check("scope_root", false, e.message),
+    });
     let default = ctx.scopes.view(ScopeId::Default)?;
     let home = ctx.scopes.verified_home(&default);
     checks.push(match &home {

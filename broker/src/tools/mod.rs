@@ -247,9 +247,9 @@ pub(crate) async fn call(
     request: &CancellationToken,
 ) -> Option<CallToolResult> {
     let tool = ToolName::parse(name)?;
-    Some(into_call_result(
-        dispatch(ctx, tool, session, arguments, request).await,
-    ))
+    let mut outcome = dispatch(ctx, tool, session, arguments, request).await;
+    ctx.host_paths.redact_outcome(&mut outcome);
+    Some(into_call_result(outcome))
 }
 
 #[cfg(test)]

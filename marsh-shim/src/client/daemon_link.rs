@@ -5,7 +5,8 @@ use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::BorrowedFd;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -160,7 +161,7 @@ fn spawn_daemon(
     workspace: &Path,
     env: &[(OsString, OsString)],
 ) -> Result<std::process::Child> {
-    let marshd = sibling("marshd")?;
+    let (marshd, marshd_name) = marshd_program(env)?;
     let log_path = home.log_path();
     if fs::metadata(&log_path)
         .map(|m| m.len() > LOG_ROTATE_BYTES)
@@ -179,7 +180,8 @@ fn spawn_daemon(
         .try_clone()
         .context(|| "duplicating the log descriptor".to_string())?;
     let mut cmd = Command::new(&marshd);
-    cmd.arg("serve")
+    cmd.arg0(&marshd_name)
+        .arg("serve")
         .arg("--home")
         .arg(home.root())
         .arg("--workspace")
@@ -195,7 +197,36 @@ fn spawn_daemon(
         .stdout(Stdio::from(log))
         .stderr(Stdio::from(log_err));
     cmd.spawn()
-        .context(|| format!("starting {}", marshd.display()))
+        .context(|| format!("starting {}", marshd_name.display()))
+}
+
+/// The variable naming a descriptor of the `marshd` to run, open in this process.
+pub const MARSHD_FD_VAR: &str = "MARSH_MARSHD_FD";
+
+/// The marshd to start and its name (for `argv[0]`): the descriptor a caller verified
+/// and handed down in `MARSH_MARSHD_FD` (marsh-mcp does), executed through
+/// `/proc/self/fd` so a file renamed over the installed one since never runs; else the
+/// sibling of this `marsh`.
+fn marshd_program(env: &[(OsString, OsString)]) -> Result<(PathBuf, PathBuf)> {
+    let Some((_, value)) = env.iter().find(|(k, _)| k == MARSHD_FD_VAR) else {
+        let path = sibling("marshd")?;
+        return Ok((path.clone(), path));
+    };
+    let fd: u32 = value
+        .to_str()
+        .and_then(|v| v.parse().ok())
+        .filter(|fd| *fd > 2)
+        .ok_or_else(|| Error::failed(format!("{MARSHD_FD_VAR} is not a descriptor number")))?;
+    let exec = PathBuf::from(format!("/proc/self/fd/{fd}"));
+    let meta = fs::metadata(&exec)
+        .context(|| format!("{MARSHD_FD_VAR} names no open descriptor ({fd})"))?;
+    if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+        return Err(Error::failed(format!(
+            "{MARSHD_FD_VAR} ({fd}) is not an executable file"
+        )));
+    }
+    let name = fs::read_link(&exec).unwrap_or_else(|_| PathBuf::from("marshd"));
+    Ok((exec, name))
 }
 
 /// Polls until the daemon answers; fails early when the spawned daemon exits.

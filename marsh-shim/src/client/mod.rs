@@ -19,6 +19,7 @@ use cli::Command;
 
 /// Entry point of the `marsh` binary; returns the process exit code.
 pub fn main() -> i32 {
+    crate::util::seal_inherited_descriptors();
     let argv: Vec<OsString> = std::env::args_os().collect();
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
     match dispatch(&argv, &env) {

@@ -56,7 +56,13 @@ pub(crate) struct Config {
     pub confinement: Confinement,
     pub token: String,
     pub idle: Duration,
+    /// Where this marshd was started from (for messages and the unconfined agent's
+    /// kit wrappers); `self_fd` is what is executed.
     pub self_exe: PathBuf,
+    /// Invariant: this very process's executable (`/proc/self/exe` opened `O_PATH`),
+    /// so the agent runs the inode this daemon runs even if the file at `self_exe`
+    /// was replaced since.
+    pub self_fd: OwnedFd,
     /// `HOME` of the booting client: a private tmpfs in the project shell.
     pub job_home: Option<PathBuf>,
     pub pid: u32,
@@ -181,6 +187,12 @@ fn configure(home: Home, workspace: &Path) -> Result<Config> {
     let confinement = Confinement::new(&backend, Limits::establish(&backend))?;
     let self_exe =
         std::env::current_exe().context(|| "locating the marshd executable".to_string())?;
+    let self_fd = File::options()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+        .open("/proc/self/exe")
+        .context(|| "opening the marshd executable".to_string())?
+        .into();
     let token = token::mint(&home)?;
     Ok(Config {
         home_id: (meta.dev(), meta.ino()),
@@ -193,6 +205,7 @@ fn configure(home: Home, workspace: &Path) -> Result<Config> {
         backend,
         confinement,
         self_exe,
+        self_fd,
         job_home: user_home.map(PathBuf::from),
         pid: std::process::id(),
     })

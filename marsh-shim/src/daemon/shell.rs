@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -271,6 +271,17 @@ fn relay(daemon: &Arc<Daemon>, shell: &Arc<Shell>) {
 /// fd 0, its stderr piped into the daemon log. Returns the child, the daemon's end of
 /// the channel and the kit wrapper directory as jobs see it.
 fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, PathBuf)> {
+    // The agent is this daemon's own inode, bound or executed by descriptor. Once the
+    // installed file was replaced that inode is unlinked, and bubblewrap cannot bind
+    // an unlinked file: say so rather than let the sandbox fail obscurely. (What is
+    // installed now is never used in its place.)
+    let exe = format!("/proc/self/fd/{}", cfg.self_fd.as_raw_fd());
+    if std::fs::read_link(&exe).is_ok_and(|p| p.to_string_lossy().ends_with(" (deleted)")) {
+        return Err(Error::failed(
+            "the marshd executable was replaced since this daemon started; stop the daemon (marsh stop) so the next run boots the installed one",
+        )
+        .into_backend());
+    }
     let (ours, theirs) = SeqPacket::pair()?;
     // The channel itself is handed over on a bootstrap socket, never inherited: see
     // `agent::take_channel` for why.
@@ -283,7 +294,7 @@ fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, PathBuf)> {
                 workspace: &cfg.workspace,
                 job_home: cfg.job_home.as_deref(),
                 hostname: "marsh-shell",
-                ro_files: vec![(cfg.self_exe.clone(), SANDBOX_AGENT)],
+                ro_files: vec![(cfg.self_fd.as_raw_fd(), SANDBOX_AGENT)],
             };
             let mut argv: Vec<OsString> = [
                 SANDBOX_AGENT,
@@ -312,7 +323,8 @@ fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, PathBuf)> {
             let _ = std::fs::remove_dir_all(&dir);
             util::ensure_private_dir(&dir)?;
             let kit_dir = dir.join("kits");
-            let mut cmd = Command::new(&cfg.self_exe);
+            let mut cmd = Command::new(format!("/proc/self/fd/{}", cfg.self_fd.as_raw_fd()));
+            cmd.arg0(&cfg.self_exe);
             cmd.arg("agent")
                 .arg("--kit-socket")
                 .arg(dir.join("kit.sock"))

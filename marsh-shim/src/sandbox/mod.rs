@@ -22,7 +22,7 @@ mod spawn;
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
@@ -147,8 +147,10 @@ pub struct Layout<'a> {
     /// Mounted as a private tmpfs when [`home_is_mountable`].
     pub job_home: Option<&'a Path>,
     pub hostname: &'a str,
-    /// Host files bound read-only at fixed in-sandbox paths.
-    pub ro_files: Vec<(PathBuf, &'static str)>,
+    /// Open host files (descriptors) bound read-only at fixed in-sandbox paths: by
+    /// descriptor, so what is bound is the file that was opened, whatever its path
+    /// names by the time bubblewrap runs.
+    pub ro_files: Vec<(RawFd, &'static str)>,
 }
 
 /// A bubblewrap command for `layout` running `argv` with exactly `env`, plus the
@@ -173,13 +175,15 @@ pub fn bwrap_command(
     ))
     .env_clear()
     .current_dir("/");
-    spawn::prepare(&mut cmd, Some(&seccomp), &confinement.limits);
+    let mut inherited = vec![seccomp.as_raw_fd()];
+    inherited.extend(layout.ro_files.iter().map(|(fd, _)| *fd));
+    spawn::prepare(&mut cmd, inherited, &confinement.limits);
     Ok((cmd, seccomp))
 }
 
 /// Puts an unconfined sandbox process in the scope's limits, with the jobs' umask.
 pub fn prepare_unconfined(cmd: &mut Command, confinement: &Confinement) {
-    spawn::prepare(cmd, None, &confinement.limits);
+    spawn::prepare(cmd, Vec::new(), &confinement.limits);
 }
 
 fn bwrap_args(
@@ -282,8 +286,9 @@ fn bwrap_args(
     }
     let ws = layout.workspace.as_os_str();
     push(&["--bind".as_ref(), ws, ws]);
-    for (src, dst) in &layout.ro_files {
-        push(&["--ro-bind".as_ref(), src.as_os_str(), dst.as_ref()]);
+    for (fd, dst) in &layout.ro_files {
+        let fd = fd.to_string();
+        push(&["--ro-bind-fd".as_ref(), fd.as_ref(), dst.as_ref()]);
     }
     // The sandbox's own root (holding only mount points) is read-only too.
     push(&["--remount-ro".as_ref(), "/".as_ref()]);

@@ -47,10 +47,10 @@ impl SeccompFd {
 }
 
 /// Installs the pre-exec hook on a sandbox command (bubblewrap, or an unconfined
-/// process, which has no seccomp program). `seccomp` must stay open until the command
-/// has been spawned.
-pub fn prepare(cmd: &mut Command, seccomp: Option<&OwnedFd>, limits: &Limits) {
-    let seccomp: Option<RawFd> = seccomp.map(AsRawFd::as_raw_fd);
+/// process, which has no seccomp program). `inherited` (bubblewrap's seccomp program
+/// and bound files) are close-on-exec here and inherited by this child only; they must
+/// stay open until the command has been spawned.
+pub fn prepare(cmd: &mut Command, inherited: Vec<RawFd>, limits: &Limits) {
     let procs: Vec<RawFd> = limits.procs_fds();
     let data = limits.data_limit();
     let hook = move || -> io::Result<()> {
@@ -80,10 +80,10 @@ pub fn prepare(cmd: &mut Command, seccomp: Option<&OwnedFd>, limits: &Limits) {
                     return Err(io::Error::last_os_error());
                 }
             }
-            if let Some(fd) = seccomp
-                && libc::fcntl(fd, libc::F_SETFD, 0) != 0
-            {
-                return Err(io::Error::last_os_error());
+            for fd in &inherited {
+                if libc::fcntl(*fd, libc::F_SETFD, 0) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
             }
         }
         Ok(())

@@ -1,6 +1,7 @@
 //! One module per black-box suite (formerly one test binary each).
 
 mod broker;
+mod hardening;
 mod install_clients;
 mod install_sbx;
 mod lifecycle;

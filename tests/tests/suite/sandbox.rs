@@ -223,10 +223,7 @@ fn escaped_processes_end_with_exit_cancel_and_timeout() {
 fn kill_9_of_serve_ends_every_job_process_and_the_scope_stops_after_a_restart() {
     let sb = Sandbox::new();
     let mut s = Server::start(&sb, &sb.serve_root_args(&[]), &[]);
-    let scope = s.ok("scope_start", json!({}))["scope_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let scope = s.start_scope();
     // Markers are unique to this test: other tests run their own `sleep`s meanwhile.
     let (command, mut markers) = escapees(72_000, "sleep 301.72");
     markers.push("sleep 301.72".into());

@@ -86,7 +86,15 @@ fn hostile_inherited_environment_does_not_reach_marsh_or_the_job() {
         .expect("logged run");
     let env = run["env"].as_object().unwrap();
     assert_eq!(env["MARSH_HOME"], sb.home().display().to_string());
-    assert_eq!(env["MARSH_SBX"], sb.prefix.bin("sbx").display().to_string());
+    // The pinned sbx and marshd reach marsh as inherited descriptors, never as paths
+    // that could be swapped after the check.
+    let sbx = env["MARSH_SBX"].as_str().unwrap();
+    let sbx_fd: u32 = sbx.strip_prefix("/proc/self/fd/").unwrap().parse().unwrap();
+    let marshd_fd: u32 = env["MARSH_MARSHD_FD"].as_str().unwrap().parse().unwrap();
+    assert!(
+        sbx_fd > 2 && marshd_fd > 2 && sbx_fd != marshd_fd,
+        "{sbx} {marshd_fd}"
+    );
     assert_eq!(env["PATH"], "/usr/local/bin:/usr/bin:/bin");
     assert_eq!(env["USER"], "root");
     assert_eq!(env["LOGNAME"], "root");
