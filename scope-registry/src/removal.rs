@@ -175,7 +175,7 @@ pub fn remove_scope_home(
 }
 
 #[allow(clippy::unnecessary_cast)] // `dev_t`/`ino_t` are not `u64` on every target.
-fn identity_of(st: &FileStat) -> DirIdentity {
+pub(crate) fn identity_of(st: &FileStat) -> DirIdentity {
     DirIdentity {
         dev: st.st_dev as u64,
         ino: st.st_ino as u64,

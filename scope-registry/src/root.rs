@@ -10,6 +10,7 @@ use crate::atomic::DIR_FLAGS;
 use crate::binding::{BINDING_FILE, WorkspaceBinding};
 use crate::lease::LEASE_FILE;
 use crate::registry::{REGISTRY_FILE, ScopeId};
+use crate::removal::identity_of;
 use crate::{
     DirIdentity, Lease, Registry, RegistryError, TrustedAncestors, ensure_owner_only_dir,
     verify_owner_only_dir,
@@ -46,16 +47,6 @@ pub struct ManagedRoot {
 /// Whether the home at `path` is still exactly the recorded directory.
 pub fn home_matches(path: &Path, recorded: &DirIdentity) -> bool {
     verify_owner_only_dir(path).is_ok_and(|found| found == *recorded)
-}
-
-#[allow(clippy::unnecessary_cast)] // `dev_t`/`ino_t` are not `u64` on every target.
-fn identity_of(st: &nix::sys::stat::FileStat) -> DirIdentity {
-    DirIdentity {
-        dev: st.st_dev as u64,
-        ino: st.st_ino as u64,
-        uid: st.st_uid,
-        mode: st.st_mode as u32,
-    }
 }
 
 impl ManagedRoot {
