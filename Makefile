@@ -56,7 +56,7 @@ demo: build-debug py-client
 	for b in $(BINS); do install -m 0755 target/debug/$$b $(DEMO_DIR)/prefix/bin/$$b; done
 	printf 'hello from the demo workspace\n' > $(DEMO_DIR)/workspace/README.txt
 	$(PY_VENV)/bin/python tests/clients/demo.py $(DEMO_DIR)/prefix/bin $(DEMO_DIR)/workspace $(DEMO_DIR)/root
-	@for p in $(DEMO_DIR)/root/*/daemon/pid; do [ -f "$$p" ] && kill $$(cat "$$p") 2>/dev/null; done; true
+	@for p in $(DEMO_DIR)/root/*/daemon/pid $(DEMO_DIR)/home/daemon/pid; do [ -f "$$p" ] && kill $$(cat "$$p") 2>/dev/null; done; true
 
 ## bench: figures printed, not asserted
 bench:

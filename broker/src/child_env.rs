@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 pub const FIXED_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// Inherited only when present and well-formed; everything else is dropped.
+/// `MARSH_CONTROL_HOME` and `SBX_SHIM_STATE` locate the marsh stand-in's publication
+/// control directory and its sbx state file: a marsh child (and the daemon it boots)
+/// must find the same ones as the server and the user's terminal.
 const INHERITED: &[&str] = &[
     "LANG",
     "LC_ALL",
@@ -18,7 +21,12 @@ const INHERITED: &[&str] = &[
     "TERM",
     "TZ",
     "TMPDIR",
+    "MARSH_CONTROL_HOME",
+    "SBX_SHIM_STATE",
 ];
+
+/// Inherited variables that name a path: only an absolute one is passed on.
+const ABSOLUTE_PATHS: &[&str] = &["TMPDIR", "MARSH_CONTROL_HOME", "SBX_SHIM_STATE"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChildEnvError {
@@ -56,7 +64,7 @@ fn inheritable(name: &str, value: &OsStr) -> bool {
     if v.is_empty() || v.len() > 256 || v.iter().any(|b| !(0x20..0x7f).contains(b)) {
         return false;
     }
-    name != "TMPDIR" || v.first() == Some(&b'/')
+    !ABSOLUTE_PATHS.contains(&name) || v.first() == Some(&b'/')
 }
 
 impl ChildEnv {
@@ -149,10 +157,17 @@ mod tests {
             ("USER".into(), "mallory".into()),
             ("LANG".into(), "C.UTF-8".into()),
             ("TMPDIR".into(), "relative".into()),
+            ("MARSH_CONTROL_HOME".into(), "/ctl".into()),
+            ("SBX_SHIM_STATE".into(), "relative/state.json".into()),
         ];
         let env = ChildEnv::build(Path::new("/opt/sbx"), inherited).unwrap();
         let names = env.names(false);
         assert!(names.contains(&"LANG".to_string()));
+        assert!(names.contains(&"MARSH_CONTROL_HOME".to_string()));
+        assert!(
+            !names.iter().any(|n| n == "SBX_SHIM_STATE"),
+            "a relative path is dropped"
+        );
         assert!(
             !names
                 .iter()

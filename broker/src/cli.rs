@@ -21,6 +21,20 @@ impl From<ClientArg> for marsh_installers::Client {
     }
 }
 
+/// Clients a published command can be installed into.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum PublishedClientArg {
+    Codex,
+}
+
+impl From<PublishedClientArg> for marsh_installers::PublishedClient {
+    fn from(c: PublishedClientArg) -> Self {
+        match c {
+            PublishedClientArg::Codex => Self::Codex,
+        }
+    }
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "marsh-mcp",
@@ -46,13 +60,59 @@ pub enum CliCommand {
     Install { client: ClientArg },
     /// Remove this workspace's registration from a client, only if it is exactly ours.
     Uninstall { client: ClientArg },
+    /// Register a command published from this workspace (`mcp publish`) with a client,
+    /// after checking its declaration and SBX registration (run from the workspace).
+    InstallPublished {
+        client: PublishedClientArg,
+        /// The published tool name.
+        name: String,
+    },
+    /// Remove a published command's client entry, only if it is this publication's
+    /// (any generation).
+    RemovePublished {
+        client: PublishedClientArg,
+        /// The published tool name.
+        name: String,
+    },
     /// Restore the SBX registration's broker (e.g. after a reboot); registrations untouched.
     Start,
     /// Stop the SBX registration's broker; refused while a proxy is attached.
     Stop,
+    /// Serve exactly one published tool (a declaration written by `mcp publish`).
+    ExportServe(ExportArgs),
     /// The resident broker itself (spawned by broker-start).
     #[command(hide = true)]
     BrokerRun(ServeArgs),
+}
+
+/// `export-serve`. `--scope-root` and `--allow-full-sbx-control` are parsed only so
+/// they can be refused with a reason instead of a usage error.
+#[derive(Debug, Clone, Args)]
+pub struct ExportArgs {
+    /// The publishing workspace (canonicalized; must be the declaration's).
+    #[arg(long)]
+    pub workspace: PathBuf,
+    /// The publishing marsh home (the command-registry home, e.g. ~/.marsh).
+    #[arg(long)]
+    pub home: Option<PathBuf>,
+    /// The declaration file (owner-only, outside the workspace and the home).
+    #[arg(long)]
+    pub declaration: PathBuf,
+    /// The generation the registration was made for (absent: the declaration has none).
+    #[arg(long)]
+    pub expected_generation: Option<String>,
+    /// The installed marsh (default: `marsh` beside this executable).
+    #[arg(long)]
+    pub marsh: Option<PathBuf>,
+    /// The sbx to pin (default: $MARSH_SBX, else `sbx` beside this executable).
+    #[arg(long)]
+    pub sbx: Option<PathBuf>,
+    /// Refused: export mode never uses a development scope root.
+    #[arg(long, hide = true)]
+    pub scope_root: Option<PathBuf>,
+    /// Refused: export mode never enables qualification.
+    #[arg(long, hide = true)]
+    pub allow_full_sbx_control: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -75,9 +135,30 @@ pub struct ServeArgs {
     /// Enable `qualify`, which runs repository make recipes as the host user.
     #[arg(long)]
     pub allow_full_sbx_control: bool,
+    /// `serve --declaration D` is `export-serve` (only `serve` accepts it).
+    #[arg(long)]
+    pub declaration: Option<PathBuf>,
+    /// With `--declaration`: the generation the registration was made for.
+    #[arg(long, requires = "declaration")]
+    pub expected_generation: Option<String>,
 }
 
 impl ServeArgs {
+    /// `serve --declaration D ...` as the `export-serve` arguments it stands for.
+    pub fn as_export(&self) -> Option<ExportArgs> {
+        let declaration = self.declaration.clone()?;
+        Some(ExportArgs {
+            workspace: self.workspace.clone().unwrap_or_else(|| PathBuf::from(".")),
+            home: self.home.clone(),
+            declaration,
+            expected_generation: self.expected_generation.clone(),
+            marsh: self.marsh.clone(),
+            sbx: Some(self.sbx.clone()),
+            scope_root: self.scope_root.clone(),
+            allow_full_sbx_control: self.allow_full_sbx_control,
+        })
+    }
+
     /// The same arguments as a command line, for spawning the resident broker.
     pub fn to_argv(&self) -> Vec<std::ffi::OsString> {
         let mut argv: Vec<std::ffi::OsString> = Vec::new();

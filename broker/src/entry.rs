@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use marsh_installers::{Client, Environment, Registration};
+use marsh_installers::{Client, Environment, PublishedClient, Registration};
 use tokio::runtime::Runtime;
 
 use crate::cli::{Cli, CliCommand, ServeArgs};
@@ -39,8 +39,28 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         .build()
         .map_err(|e| anyhow::anyhow!("cannot start the async runtime: {e}"))?;
     let env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+    if let CliCommand::BrokerStart(args)
+    | CliCommand::BrokerStop(args)
+    | CliCommand::BrokerRun(args)
+    | CliCommand::Connect(args) = &cli.command
+        && args.declaration.is_some()
+    {
+        anyhow::bail!(
+            "--declaration is accepted only by serve (or export-serve): a published tool is never served by the broker"
+        );
+    }
     match cli.command {
-        CliCommand::Serve(args) => serve(runtime, &args, &env),
+        CliCommand::Serve(args) => match args.as_export() {
+            Some(export_args) => {
+                crate::export::serve(runtime, &export_args, &env)?;
+                Ok(ExitCode::SUCCESS)
+            }
+            None => serve(runtime, &args, &env),
+        },
+        CliCommand::ExportServe(args) => {
+            crate::export::serve(runtime, &args, &env)?;
+            Ok(ExitCode::SUCCESS)
+        }
         CliCommand::BrokerStart(args) => broker_start(&runtime, &args, &env),
         CliCommand::BrokerStop(args) => broker_stop(&runtime, &args, &env),
         CliCommand::BrokerRun(args) => {
@@ -59,6 +79,20 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         CliCommand::Uninstall { client } => {
             installer(&runtime, client.into(), &env, marsh_installers::uninstall)
         }
+        CliCommand::InstallPublished { client, name } => published_installer(
+            &runtime,
+            client.into(),
+            &name,
+            &env,
+            marsh_installers::install_published,
+        ),
+        CliCommand::RemovePublished { client, name } => published_installer(
+            &runtime,
+            client.into(),
+            &name,
+            &env,
+            marsh_installers::remove_published,
+        ),
         CliCommand::Start => broker_start(&runtime, &sbx_broker_args(&env)?, &env),
         CliCommand::Stop => broker_stop(&runtime, &sbx_broker_args(&env)?, &env),
     }
@@ -130,6 +164,38 @@ fn installer(
     Ok(reported(message))
 }
 
+type PublishedInstaller = fn(
+    PublishedClient,
+    &str,
+    &Environment,
+    &std::path::Path,
+    &std::path::Path,
+    &dyn marsh_installers::Runner,
+) -> Result<String, marsh_installers::InstallError>;
+
+/// `install-published`/`remove-published`, run from the publishing workspace, like
+/// [`installer`].
+fn published_installer(
+    runtime: &Runtime,
+    client: PublishedClient,
+    name: &str,
+    env: &[(OsString, OsString)],
+    run: PublishedInstaller,
+) -> anyhow::Result<ExitCode> {
+    let cwd = std::env::current_dir()?;
+    let exe = std::env::current_exe()?;
+    let runner = SupervisedRunner::new(runtime.handle().clone());
+    let message = run(
+        client,
+        name,
+        &Environment::new(env.iter().cloned()),
+        &cwd,
+        &exe,
+        &runner,
+    )?;
+    Ok(reported(message))
+}
+
 /// `start`/`stop` act on the broker of this workspace's SBX registration.
 fn sbx_broker_args(env: &[(OsString, OsString)]) -> anyhow::Result<ServeArgs> {
     let cwd = std::env::current_dir()?;
@@ -147,5 +213,7 @@ fn sbx_broker_args(env: &[(OsString, OsString)]) -> anyhow::Result<ServeArgs> {
         marsh: Some(reg.marsh.into()),
         sbx: reg.sbx.into(),
         allow_full_sbx_control: false,
+        declaration: None,
+        expected_generation: None,
     })
 }

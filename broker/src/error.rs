@@ -24,6 +24,8 @@ pub enum ErrorKind {
     Disabled,
     NotOwner,
     UnknownOperation,
+    /// Export mode: the declaration this server started from changed or vanished.
+    PublicationChanged,
     Internal,
 }
 
@@ -53,6 +55,7 @@ impl ErrorKind {
             Self::Disabled => "disabled",
             Self::NotOwner => "not_owner",
             Self::UnknownOperation => "unknown_operation",
+            Self::PublicationChanged => "publication_changed",
             Self::Internal => "internal",
         }
     }

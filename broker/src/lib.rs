@@ -10,6 +10,7 @@ mod client_runner;
 mod context;
 mod entry;
 mod error;
+mod export;
 mod launch;
 mod marsh;
 mod operations;

@@ -41,10 +41,21 @@ pub enum Verb {
     Results,
     ResultShow(String),
     Run(String),
-    LoadRun { selection: String, command: String },
+    LoadRun {
+        selection: String,
+        command: String,
+    },
     WorkersReset(String),
     Reset,
     Stop,
+    /// One registered kit with exactly these arguments, no shell (export command
+    /// mode); marsh writes the kit receipt's id to `receipt_fd`, which the child
+    /// inherits at the same number.
+    KitRun {
+        kit: String,
+        args: Vec<String>,
+        receipt_fd: RawFd,
+    },
 }
 
 impl Verb {
@@ -55,6 +66,21 @@ impl Verb {
     }
 
     fn argv(&self) -> Vec<OsString> {
+        if let Self::KitRun {
+            kit,
+            args,
+            receipt_fd,
+        } = self
+        {
+            let mut argv: Vec<OsString> = ["kit", "run", kit.as_str(), "--receipt-fd"]
+                .into_iter()
+                .map(OsString::from)
+                .collect();
+            argv.push(receipt_fd.to_string().into());
+            argv.push("--".into());
+            argv.extend(args.iter().map(OsString::from));
+            return argv;
+        }
         let v: Vec<&str> = match self {
             Self::Status => vec!["status", "--json"],
             Self::Results => vec!["results", "--json"],
@@ -64,6 +90,7 @@ impl Verb {
             Self::WorkersReset(sel) => vec!["workers", "reset", sel],
             Self::Reset => vec!["reset", "--json"],
             Self::Stop => vec!["stop", "--json"],
+            Self::KitRun { .. } => Vec::new(),
         };
         v.into_iter().map(OsString::from).collect()
     }
@@ -142,10 +169,11 @@ impl MarshDriver {
             .current_dir(&self.workspace);
         self.env.apply(&mut cmd, Some(home));
         cmd.env(MARSHD_FD_VAR, self.marshd.raw_fd().to_string());
-        inherit_descriptors(
-            &mut cmd,
-            [self.marsh.raw_fd(), self.marshd.raw_fd(), self.sbx.raw_fd()],
-        );
+        let mut fds = vec![self.marsh.raw_fd(), self.marshd.raw_fd(), self.sbx.raw_fd()];
+        if let Verb::KitRun { receipt_fd, .. } = verb {
+            fds.push(*receipt_fd);
+        }
+        inherit_descriptors(&mut cmd, fds);
         Ok(cmd)
     }
 
@@ -220,12 +248,12 @@ pub(crate) const MARSHD_FD_VAR: &str = "MARSH_MARSHD_FD";
 /// interpreted marsh (`#!`) is reopened by its interpreter through the same
 /// `/proc/self/fd` path after `execve`, so it must survive the exec.
 #[allow(unsafe_code)]
-fn inherit_descriptors(cmd: &mut Command, fds: [RawFd; 3]) {
+fn inherit_descriptors(cmd: &mut Command, fds: Vec<RawFd>) {
     // SAFETY: the hook only calls `fcntl` on integers; it is async-signal-safe. The
     // flag change affects the child's descriptor table only.
     unsafe {
         cmd.pre_exec(move || {
-            for fd in fds {
+            for &fd in &fds {
                 if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }

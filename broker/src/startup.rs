@@ -12,7 +12,7 @@ use crate::child_env::{ChildEnv, ChildEnvError};
 use crate::cli::ServeArgs;
 use crate::context::ServerContext;
 use crate::marsh::MarshDriver;
-use crate::pinned::{PinError, PinnedExecutable};
+use crate::pinned::{ForbiddenAreas, PinError, PinnedExecutable};
 use crate::scopes::ScopeSet;
 
 #[derive(Debug, thiserror::Error)]
@@ -271,22 +271,34 @@ pub fn validate(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Valida
             .map_err(StartupError::CurrentExe)?
             .with_file_name("marsh"),
     };
-    let marsh = PinnedExecutable::pin("marsh", &marsh_path, true, &forbidden)?;
+    let driver = pin_driver(&marsh_path, &args.sbx, &forbidden, env, workspace.clone())?;
+    Ok(Validated {
+        workspace: ws,
+        mode,
+        driver,
+        allow_full_sbx_control: args.allow_full_sbx_control,
+    })
+}
+
+/// Pins `marsh` (and the `marshd` beside it) and `sbx`, none of them under a
+/// `forbidden` area, and builds the children's environment around the pinned sbx.
+pub(crate) fn pin_driver(
+    marsh_path: &Path,
+    sbx_path: &Path,
+    forbidden: &ForbiddenAreas<'_>,
+    env: &[(OsString, OsString)],
+    workspace: PathBuf,
+) -> Result<MarshDriver, StartupError> {
+    let marsh = PinnedExecutable::pin("marsh", marsh_path, true, forbidden)?;
     let marshd = PinnedExecutable::pin(
         "marshd",
         &marsh.path().with_file_name("marshd"),
         true,
-        &forbidden,
+        forbidden,
     )?;
-    let sbx = PinnedExecutable::pin("sbx", &args.sbx, false, &forbidden)?;
+    let sbx = PinnedExecutable::pin("sbx", sbx_path, false, forbidden)?;
     let child_env = ChildEnv::build(&sbx.exec_path(), env.iter().cloned())?;
-
-    Ok(Validated {
-        workspace: ws,
-        mode,
-        driver: MarshDriver::new(marsh, marshd, sbx, child_env, workspace),
-        allow_full_sbx_control: args.allow_full_sbx_control,
-    })
+    Ok(MarshDriver::new(marsh, marshd, sbx, child_env, workspace))
 }
 
 #[cfg(test)]

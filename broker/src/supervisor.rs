@@ -1,6 +1,6 @@
 //! The one child supervisor. Every process marsh-mcp starts — operation steps, marsh
 //! queries, the installers' client CLIs — goes through [`supervise`]: its own process
-//! group, stdin null, both pipes pumped into a [`Sink`], a bounded end under timeout
+//! group, stdin null (or a fixed input, see [`Input`]), both pipes pumped into a [`Sink`], a bounded end under timeout
 //! or cancel (SIGINT, then SIGTERM, then SIGKILL to the whole group), and a reap.
 //!
 //! Invariants:
@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
@@ -77,19 +77,50 @@ pub(crate) struct Supervised {
     pub ending: Ending,
     /// Both pipes reached end of file within the drain bound.
     pub drained: bool,
+    /// After the final SIGKILL, the child's process group was observed empty (`kill(-pgid, 0)`
+    /// answered `ESRCH`) within [`GROUP_GONE_BOUND`]. Says nothing about processes that
+    /// left the group (a new session, a sandbox's own namespace).
+    pub group_gone: bool,
 }
+
+/// What the child reads on stdin.
+#[derive(Debug, Default)]
+pub(crate) enum Input {
+    #[default]
+    Null,
+    /// These bytes, then end of file. A child that stops reading early does not block
+    /// the supervision: the writer gives up on a broken pipe.
+    Bytes(Vec<u8>),
+}
+
+/// How long the emptiness of a finished child's group is awaited.
+const GROUP_GONE_BOUND: Duration = Duration::from_secs(1);
 
 /// Spawns `cmd` and supervises it to the end: `timeout` and `cancel` both end it by
 /// escalation on its group. Stdio and the process group are set here, whatever the
 /// caller configured.
 pub(crate) async fn supervise(
+    cmd: Command,
+    sink: Arc<dyn Sink>,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> Supervised {
+    supervise_with(cmd, Input::Null, sink, timeout, cancel).await
+}
+
+/// [`supervise`] with `input` on the child's stdin.
+pub(crate) async fn supervise_with(
     mut cmd: Command,
+    input: Input,
     sink: Arc<dyn Sink>,
     timeout: Duration,
     cancel: &CancellationToken,
 ) -> Supervised {
     cmd.process_group(0)
-        .stdin(Stdio::null())
+        .stdin(match input {
+            Input::Null => Stdio::null(),
+            Input::Bytes(_) => Stdio::piped(),
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
@@ -100,10 +131,18 @@ pub(crate) async fn supervise(
             return Supervised {
                 ending: Ending::SpawnFailed(err),
                 drained: true,
+                group_gone: true,
             };
         }
     };
     let pgid = child.id().map(|id| Pid::from_raw(id as i32));
+    let writer = match (input, child.stdin.take()) {
+        (Input::Bytes(bytes), Some(mut stdin)) => Some(tokio::spawn(async move {
+            // A child that exits without reading all of it closes the pipe: not an error.
+            let _ = stdin.write_all(&bytes).await;
+        })),
+        _ => None,
+    };
     let readers = [
         child
             .stdout
@@ -128,8 +167,33 @@ pub(crate) async fn supervise(
     if let Some(pgid) = pgid {
         let _ = killpg(pgid, Signal::SIGKILL);
     }
+    if let Some(writer) = writer {
+        writer.abort();
+    }
+    let group_gone = match pgid {
+        Some(pgid) => group_emptied(pgid).await,
+        None => false,
+    };
     let drained = drain(readers).await;
-    Supervised { ending, drained }
+    Supervised {
+        ending,
+        drained,
+        group_gone,
+    }
+}
+
+/// Polls until no process is left in group `pgid`, within [`GROUP_GONE_BOUND`].
+async fn group_emptied(pgid: Pid) -> bool {
+    let deadline = tokio::time::Instant::now() + GROUP_GONE_BOUND;
+    loop {
+        if killpg(pgid, None) == Err(nix::errno::Errno::ESRCH) {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 async fn pump<R: tokio::io::AsyncRead + Unpin>(sink: Arc<dyn Sink>, stream: Stream, mut pipe: R) {
@@ -242,6 +306,10 @@ pub(crate) struct CapturedRun {
     pub ending: Ending,
     pub stdout: CapturedStream,
     pub stderr: CapturedStream,
+    /// As [`Supervised::drained`].
+    pub drained: bool,
+    /// As [`Supervised::group_gone`].
+    pub group_gone: bool,
 }
 
 /// Runs `cmd` to its end (or `timeout`, or `cancel`) with at most `limit` bytes kept
@@ -252,14 +320,27 @@ pub(crate) async fn run_captured(
     timeout: Duration,
     cancel: &CancellationToken,
 ) -> CapturedRun {
+    run_captured_with(cmd, Input::Null, limit, timeout, cancel).await
+}
+
+/// [`run_captured`] with `input` on the child's stdin.
+pub(crate) async fn run_captured_with(
+    cmd: Command,
+    input: Input,
+    limit: usize,
+    timeout: Duration,
+    cancel: &CancellationToken,
+) -> CapturedRun {
     let capture = Capture::new(limit);
     let sink: Arc<dyn Sink> = Arc::clone(&capture) as Arc<dyn Sink>;
-    let supervised = supervise(cmd, sink, timeout, cancel).await;
+    let supervised = supervise_with(cmd, input, sink, timeout, cancel).await;
     let (stdout, stderr) = capture.take();
     CapturedRun {
         ending: supervised.ending,
         stdout,
         stderr,
+        drained: supervised.drained,
+        group_gone: supervised.group_gone,
     }
 }
 

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::InstallError;
 use crate::registration::{Environment, Registration};
 use crate::runner::{ClientCommand, Runner};
-use crate::verified::ClientStore;
+use crate::verified::{ClientStore, ClientWriter};
 
 const CLAUDE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Keep the CLI offline and quiet: no update checks, telemetry or other traffic.
@@ -141,6 +141,16 @@ impl ClientStore for Claude<'_> {
         difference(self.reg, found)
     }
 
+    fn remove(&self) -> Result<(), InstallError> {
+        let args = ["mcp", "remove", &self.reg.name, "--scope", "local"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        self.run(args)
+    }
+}
+
+impl ClientWriter for Claude<'_> {
     fn add(&self) -> Result<(), InstallError> {
         // The name precedes every option: `-e` would swallow what follows it.
         let mut args = vec![
@@ -153,14 +163,6 @@ impl ClientStore for Claude<'_> {
             self.reg.marsh_mcp.clone(),
         ];
         args.extend(self.reg.args("serve"));
-        self.run(args)
-    }
-
-    fn remove(&self) -> Result<(), InstallError> {
-        let args = ["mcp", "remove", &self.reg.name, "--scope", "local"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
         self.run(args)
     }
 }

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::InstallError;
 use crate::registration::{Environment, Registration};
 use crate::runner::{ClientCommand, Runner};
-use crate::verified::ClientStore;
+use crate::verified::{ClientStore, ClientWriter};
 
 const CODEX_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -21,24 +21,20 @@ fn codex_binary(env: &Environment) -> Result<PathBuf, InstallError> {
     })
 }
 
-fn codex(program: &Path, reg: &Registration, env: &Environment, args: &[&str]) -> ClientCommand {
-    ClientCommand::new(
-        program,
-        Path::new(&reg.workspace),
-        env.for_client(&["CODEX_HOME"]),
-        CODEX_TIMEOUT,
-    )
-    .args(args.iter().copied())
+fn codex(program: &Path, cwd: &Path, env: &Environment, args: &[&str]) -> ClientCommand {
+    ClientCommand::new(program, cwd, env.for_client(&["CODEX_HOME"]), CODEX_TIMEOUT)
+        .args(args.iter().copied())
 }
 
-/// The entry as `codex mcp get --json` shows it, or `None` when absent.
+/// The entry `name` as `codex mcp get --json` shows it, or `None` when absent.
 fn get(
     program: &Path,
-    reg: &Registration,
+    cwd: &Path,
+    name: &str,
     env: &Environment,
     runner: &dyn Runner,
 ) -> Result<Option<Value>, InstallError> {
-    let command = codex(program, reg, env, &["mcp", "get", &reg.name, "--json"]);
+    let command = codex(program, cwd, env, &["mcp", "get", name, "--json"]);
     let done = command.run(runner)?;
     if done.ok() {
         return serde_json::from_str(&done.stdout).map(Some).map_err(|e| {
@@ -50,7 +46,7 @@ fn get(
     }
     if done
         .stderr
-        .contains(&format!("No MCP server named '{}' found", reg.name))
+        .contains(&format!("No MCP server named '{name}' found"))
     {
         return Ok(None);
     }
@@ -66,18 +62,36 @@ fn is_default(v: &Value) -> bool {
     }
 }
 
+/// Which `transport.args` an entry may carry.
+pub(crate) trait ArgsRule {
+    /// What is wrong with `found` (the entry's `transport.args`), or `None`.
+    fn difference(&self, found: &Value) -> Option<String>;
+}
+
+/// Exactly these arguments: the ones `add` writes.
+pub(crate) struct Exact(pub Vec<String>);
+
+impl ArgsRule for Exact {
+    fn difference(&self, found: &Value) -> Option<String> {
+        let expected = json!(self.0);
+        (*found != expected).then(|| format!("transport.args is {found} instead of {expected}"))
+    }
+}
+
 /// What differs from the expected definition: a stdio server running exactly
-/// `marsh-mcp serve …`, enabled, with nothing else configured.
-fn difference(reg: &Registration, found: &Value) -> Option<String> {
-    let expected = json!({"type": "stdio", "command": reg.marsh_mcp, "args": reg.args("serve")});
+/// `command` with arguments `args` accepts, enabled, with nothing else configured.
+fn difference(command: &str, args: &dyn ArgsRule, found: &Value) -> Option<String> {
     let transport = &found["transport"];
-    for key in ["type", "command", "args"] {
-        if transport[key] != expected[key] {
+    for (key, expected) in [("type", json!("stdio")), ("command", json!(command))] {
+        if transport[key] != expected {
             return Some(format!(
-                "transport.{key} is {} instead of {}",
-                transport[key], expected[key]
+                "transport.{key} is {} instead of {expected}",
+                transport[key]
             ));
         }
+    }
+    if let Some(difference) = args.difference(&transport["args"]) {
+        return Some(difference);
     }
     if let Some(extra) = transport.as_object().and_then(|t| {
         t.iter()
@@ -97,55 +111,84 @@ fn difference(reg: &Registration, found: &Value) -> Option<String> {
     })
 }
 
-pub(crate) struct Codex<'a> {
+/// One Codex entry marsh manages: `name` running `command` with arguments `args`
+/// accepts; an [`Exact`] one can also be written.
+pub(crate) struct Codex<'a, A> {
     program: PathBuf,
-    reg: &'a Registration,
+    cwd: &'a Path,
+    name: &'a str,
+    command: &'a str,
+    args: A,
     env: &'a Environment,
     runner: &'a dyn Runner,
 }
 
-impl Codex<'_> {
+impl<'a, A: ArgsRule> Codex<'a, A> {
+    /// Finds the `codex` CLI on `PATH`; its commands run from `cwd`.
+    pub(crate) fn new(
+        env: &'a Environment,
+        runner: &'a dyn Runner,
+        cwd: &'a Path,
+        name: &'a str,
+        command: &'a str,
+        args: A,
+    ) -> Result<Self, InstallError> {
+        Ok(Self {
+            program: codex_binary(env)?,
+            cwd,
+            name,
+            command,
+            args,
+            env,
+            runner,
+        })
+    }
+
     fn run(&self, args: &[&str]) -> Result<(), InstallError> {
-        codex(&self.program, self.reg, self.env, args)
+        codex(&self.program, self.cwd, self.env, args)
             .run_ok(self.runner)
             .map(drop)
     }
 }
 
-impl ClientStore for Codex<'_> {
+impl<A: ArgsRule> ClientStore for Codex<'_, A> {
     const CLIENT: &'static str = "codex";
 
     fn read(&self) -> Result<Option<Value>, InstallError> {
-        get(&self.program, self.reg, self.env, self.runner)
+        get(&self.program, self.cwd, self.name, self.env, self.runner)
     }
 
     fn difference(&self, found: &Value) -> Option<String> {
-        difference(self.reg, found)
-    }
-
-    fn add(&self) -> Result<(), InstallError> {
-        let serve = self.reg.args("serve");
-        let mut args = vec!["mcp", "add", &self.reg.name, "--", &self.reg.marsh_mcp];
-        args.extend(serve.iter().map(String::as_str));
-        self.run(&args)
+        difference(self.command, &self.args, found)
     }
 
     fn remove(&self) -> Result<(), InstallError> {
-        self.run(&["mcp", "remove", &self.reg.name])
+        self.run(&["mcp", "remove", self.name])
     }
 }
 
+impl ClientWriter for Codex<'_, Exact> {
+    fn add(&self) -> Result<(), InstallError> {
+        let mut args = vec!["mcp", "add", self.name, "--", self.command];
+        args.extend(self.args.0.iter().map(String::as_str));
+        self.run(&args)
+    }
+}
+
+/// The store of this workspace's `marsh-mcp serve …` entry.
 pub(crate) fn store<'a>(
     reg: &'a Registration,
     env: &'a Environment,
     runner: &'a dyn Runner,
-) -> Result<Codex<'a>, InstallError> {
-    Ok(Codex {
-        program: codex_binary(env)?,
-        reg,
+) -> Result<Codex<'a, Exact>, InstallError> {
+    Codex::new(
         env,
         runner,
-    })
+        Path::new(&reg.workspace),
+        &reg.name,
+        &reg.marsh_mcp,
+        Exact(reg.args("serve")),
+    )
 }
 
 #[cfg(test)]
@@ -155,28 +198,14 @@ mod tests {
 
     use super::*;
     use crate::registration::Client;
-    use crate::runner::Finished;
-    use crate::test_support::{Divergence, Fixture, Scripted, assert_each_named, finished, sample};
+    use crate::test_support::{
+        Divergence, Fixture, Scripted, assert_each_named, codex_shown as shown, fake_codex,
+        finished, sample,
+    };
 
-    /// The entry as `codex mcp get NAME --json` prints it after `codex mcp add NAME --
-    /// COMMAND ARGS…`.
-    fn shown(name: &str, command: &str, args: &[&str]) -> Value {
-        json!({
-            "name": name,
-            "enabled": true,
-            "transport": {
-                "type": "stdio",
-                "command": command,
-                "args": args,
-                "env": null,
-                "env_vars": [],
-                "cwd": null,
-            },
-            "enabled_tools": null,
-            "disabled_tools": null,
-            "startup_timeout_sec": null,
-            "tool_timeout_sec": null,
-        })
+    /// The difference from this workspace's `serve` entry.
+    fn difference(reg: &Registration, found: &Value) -> Option<String> {
+        super::difference(&reg.marsh_mcp, &Exact(reg.args("serve")), found)
     }
 
     fn expected(reg: &Registration) -> Value {
@@ -232,32 +261,6 @@ mod tests {
             }),
         ];
         assert_each_named(&expected(&reg), cases, |e| difference(&reg, e));
-    }
-
-    /// Answers like the real codex CLI over an in-memory config.
-    fn fake_codex(stored: &RefCell<Option<Value>>) -> impl Fn(&ClientCommand) -> Finished + '_ {
-        move |command| {
-            let args: Vec<&str> = command.args.iter().map(String::as_str).collect();
-            match args.as_slice() {
-                ["mcp", "get", name, "--json"] => match &*stored.borrow() {
-                    Some(entry) => finished(0, &serde_json::to_string_pretty(entry).unwrap(), ""),
-                    None => finished(
-                        1,
-                        "",
-                        &format!("Error: No MCP server named '{name}' found.\n"),
-                    ),
-                },
-                ["mcp", "add", name, "--", program, rest @ ..] => {
-                    *stored.borrow_mut() = Some(shown(name, program, rest));
-                    finished(0, &format!("Added global MCP server '{name}'.\n"), "")
-                }
-                ["mcp", "remove", name] => {
-                    *stored.borrow_mut() = None;
-                    finished(0, &format!("Removed global MCP server '{name}'.\n"), "")
-                }
-                other => finished(2, "", &format!("unexpected codex call {other:?}")),
-            }
-        }
     }
 
     #[test]

@@ -1,6 +1,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::published::DeclarationError;
+
 /// One variant per failing step; each names what it failed on and what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
@@ -62,4 +64,39 @@ pub enum InstallError {
     UnexpectedRemove { name: String, diagnostic: String },
     #[error("cannot read {path}: {reason}")]
     ReadConfig { path: PathBuf, reason: String },
+    #[error(
+        "{name:?} is not a published tool name (1-64 of [A-Za-z0-9_.-], not starting with '-', not dots only)"
+    )]
+    BadToolName { name: String },
+    #[error(
+        "cannot locate the publication control directory: MARSH_CONTROL_HOME is not an absolute path and the passwd entry of uid {uid} has no home"
+    )]
+    NoControlDir { uid: u32 },
+    #[error(
+        "{tool} is not published: there is no declaration {path} (publish it with `mcp publish {tool} -- 'PIPELINE'` in the project shell of this workspace); nothing was written"
+    )]
+    NotPublished { tool: String, path: PathBuf },
+    #[error(
+        "sbx has no registration {server} for the published tool {tool}: publish it again from the project shell; nothing was written"
+    )]
+    NotRegistered { server: String, tool: String },
+    #[error(
+        "the sbx registration {server} does not match the publication of {tool} from this workspace and home: {difference}; nothing was written"
+    )]
+    RegistrationMismatch {
+        server: String,
+        tool: String,
+        difference: String,
+    },
+    #[error("the publication of {tool} cannot be trusted: {source}; nothing was written")]
+    Declaration {
+        tool: String,
+        source: DeclarationError,
+    },
+    #[error("the declaration {path} declares the tool {found:?}, not {tool}; nothing was written")]
+    DeclarationNames {
+        tool: String,
+        path: PathBuf,
+        found: String,
+    },
 }

@@ -7,6 +7,8 @@
 mod claude;
 mod codex;
 mod error;
+mod publication;
+pub mod published;
 mod registration;
 mod runner;
 mod sbx;
@@ -17,7 +19,8 @@ mod verified;
 use std::path::Path;
 
 pub use error::InstallError;
-pub use registration::{Client, Environment, Registration};
+pub use publication::{PublishedClient, install_published, remove_published};
+pub use registration::{Client, Environment, Registration, generated_root};
 pub use runner::{CLIENT_OUTPUT_LIMIT, ClientCommand, Finished, Runner};
 
 /// `marsh-mcp install CLIENT`, run from the workspace; every client command goes

@@ -104,7 +104,7 @@ pub struct Registration {
     pub root: String,
 }
 
-fn canonical(what: &'static str, path: &Path) -> Result<PathBuf, InstallError> {
+pub(crate) fn canonical(what: &'static str, path: &Path) -> Result<PathBuf, InstallError> {
     std::fs::canonicalize(path).map_err(|source| InstallError::Resolve {
         what,
         path: path.to_path_buf(),
@@ -113,7 +113,7 @@ fn canonical(what: &'static str, path: &Path) -> Result<PathBuf, InstallError> {
 }
 
 /// Registered values travel through `sbx --args` (comma-separated) and client configs.
-fn safe(what: &'static str, path: &Path) -> Result<String, InstallError> {
+pub(crate) fn safe(what: &'static str, path: &Path) -> Result<String, InstallError> {
     match path.to_str() {
         Some(s) if !s.contains(',') => Ok(s.to_owned()),
         _ => Err(InstallError::UnsafeValue {
@@ -121,6 +121,50 @@ fn safe(what: &'static str, path: &Path) -> Result<String, InstallError> {
             value: path.to_string_lossy().into_owned(),
         }),
     }
+}
+
+/// The private scope root a client's registration of the workspace with hash
+/// `workspace_hash` uses (DESIGN §4). Export mode refuses a home inside one of them.
+pub fn generated_root(
+    client: Client,
+    env: &Environment,
+    workspace_hash: &str,
+) -> Result<PathBuf, InstallError> {
+    let home = || env.path("HOME");
+    Ok(match client {
+        Client::Codex => env
+            .path("CODEX_HOME")
+            .or_else(|| home().map(|h| h.join(".codex")))
+            .ok_or(InstallError::NoHome { what: "CODEX_HOME" })?
+            .join("marsh/dev-mcp/codex")
+            .join(workspace_hash),
+        Client::Claude => env
+            .path("CLAUDE_CONFIG_DIR")
+            .or_else(|| home().map(|h| h.join(".claude")))
+            .ok_or(InstallError::NoHome {
+                what: "CLAUDE_CONFIG_DIR",
+            })?
+            .join("marsh/dev-mcp/claude")
+            .join(workspace_hash),
+        Client::Sbx => sbx_client_root(
+            &scopes_base(|k| env.path(k)).ok_or(InstallError::NoHome {
+                what: "the SBX scope root",
+            })?,
+            workspace_hash,
+        ),
+    })
+}
+
+/// The sbx to drive: `$MARSH_SBX`, else `sbx` on `PATH`, canonicalized.
+pub(crate) fn resolve_sbx(env: &Environment) -> Result<PathBuf, InstallError> {
+    let source = match env.path("MARSH_SBX") {
+        Some(path) => path,
+        None => env.which("sbx").ok_or(InstallError::MissingClient {
+            client: "sbx",
+            hint: "set MARSH_SBX to the sbx executable or put sbx on PATH",
+        })?,
+    };
+    canonical("the sbx executable", &source)
 }
 
 impl Registration {
@@ -136,37 +180,8 @@ impl Registration {
         let hash = workspace_hash(&workspace);
         let marsh_mcp = canonical("the installed marsh-mcp", exe)?;
         let marsh = canonical("the installed marsh", &marsh_mcp.with_file_name("marsh"))?;
-        let sbx_source = match env.path("MARSH_SBX") {
-            Some(path) => path,
-            None => env.which("sbx").ok_or(InstallError::MissingClient {
-                client: "sbx",
-                hint: "set MARSH_SBX to the sbx executable or put sbx on PATH",
-            })?,
-        };
-        let sbx = canonical("the sbx executable", &sbx_source)?;
-        let home = || env.path("HOME");
-        let root = match client {
-            Client::Codex => env
-                .path("CODEX_HOME")
-                .or_else(|| home().map(|h| h.join(".codex")))
-                .ok_or(InstallError::NoHome { what: "CODEX_HOME" })?
-                .join("marsh/dev-mcp/codex")
-                .join(&hash),
-            Client::Claude => env
-                .path("CLAUDE_CONFIG_DIR")
-                .or_else(|| home().map(|h| h.join(".claude")))
-                .ok_or(InstallError::NoHome {
-                    what: "CLAUDE_CONFIG_DIR",
-                })?
-                .join("marsh/dev-mcp/claude")
-                .join(&hash),
-            Client::Sbx => sbx_client_root(
-                &scopes_base(|k| env.path(k)).ok_or(InstallError::NoHome {
-                    what: "the SBX scope root",
-                })?,
-                &hash,
-            ),
-        };
+        let sbx = resolve_sbx(env)?;
+        let root = generated_root(client, env, &hash)?;
         Ok(Self {
             client,
             name: server_name(&hash),

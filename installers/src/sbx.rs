@@ -11,33 +11,41 @@ use serde_json::Value;
 use crate::InstallError;
 use crate::registration::{Environment, Registration};
 use crate::runner::{ClientCommand, Runner};
-use crate::verified::{self, ClientStore};
+use crate::verified::{self, ClientStore, ClientWriter};
 
 const SBX_TIMEOUT: Duration = Duration::from_secs(60);
-/// Environment names the sbx CLI may need besides PATH/HOME.
-const SBX_ENV: &[&str] = &["XDG_STATE_HOME", "XDG_RUNTIME_DIR", "MARSH_CONTROL_HOME"];
+/// Environment names the sbx CLI may need besides PATH/HOME (`SBX_SHIM_STATE` is the
+/// stand-in's explicit state file; the stock sbx ignores it).
+const SBX_ENV: &[&str] = &[
+    "XDG_STATE_HOME",
+    "XDG_RUNTIME_DIR",
+    "MARSH_CONTROL_HOME",
+    "SBX_SHIM_STATE",
+];
+
+/// `sbx ARGS…` run from `cwd` with the sbx environment.
+fn sbx_at(sbx: &Path, cwd: &Path, env: &Environment, args: &[&str]) -> ClientCommand {
+    ClientCommand::new(sbx, cwd, env.for_client(SBX_ENV), SBX_TIMEOUT).args(args.iter().copied())
+}
 
 fn sbx_command(reg: &Registration, env: &Environment, args: &[&str]) -> ClientCommand {
-    ClientCommand::new(
-        Path::new(&reg.sbx),
-        Path::new(&reg.workspace),
-        env.for_client(SBX_ENV),
-        SBX_TIMEOUT,
-    )
-    .args(args.iter().copied())
+    sbx_at(Path::new(&reg.sbx), Path::new(&reg.workspace), env, args)
 }
 
-fn not_found(reg: &Registration) -> String {
-    format!("MCP server \"{}\" not found", reg.name)
+fn not_found(name: &str) -> String {
+    format!("MCP server \"{name}\" not found")
 }
 
-/// The registration as sbx reports it, or `None` when it does not exist.
-fn inspect(
-    reg: &Registration,
+/// The registration `name` as `sbx mcp inspect NAME --json` reports it, or `None` when
+/// sbx answers exactly that it does not exist.
+pub(crate) fn inspect_server(
+    sbx: &Path,
+    cwd: &Path,
+    name: &str,
     env: &Environment,
     runner: &dyn Runner,
 ) -> Result<Option<Value>, InstallError> {
-    let command = sbx_command(reg, env, &["mcp", "inspect", &reg.name, "--json"]);
+    let command = sbx_at(sbx, cwd, env, &["mcp", "inspect", name, "--json"]);
     let done = command.run(runner)?;
     if done.ok() {
         return serde_json::from_str(&done.stdout).map(Some).map_err(|e| {
@@ -47,10 +55,25 @@ fn inspect(
             }
         });
     }
-    if done.stderr.trim() == not_found(reg) {
+    if done.stderr.trim() == not_found(name) {
         return Ok(None);
     }
     Err(command.failure(&done))
+}
+
+/// The registration as sbx reports it, or `None` when it does not exist.
+fn inspect(
+    reg: &Registration,
+    env: &Environment,
+    runner: &dyn Runner,
+) -> Result<Option<Value>, InstallError> {
+    inspect_server(
+        Path::new(&reg.sbx),
+        Path::new(&reg.workspace),
+        &reg.name,
+        env,
+        runner,
+    )
 }
 
 /// What differs between sbx's view and the expected definition, if anything.
@@ -110,6 +133,18 @@ impl ClientStore for Sbx<'_> {
         difference(self.reg, found)
     }
 
+    fn remove(&self) -> Result<(), InstallError> {
+        sbx_command(
+            self.reg,
+            self.env,
+            &["mcp", "rm", "--force", &self.reg.name],
+        )
+        .run_ok(self.runner)
+        .map(drop)
+    }
+}
+
+impl ClientWriter for Sbx<'_> {
     fn add(&self) -> Result<(), InstallError> {
         let reg = self.reg;
         let args = reg.args("connect").join(",");
@@ -131,16 +166,6 @@ impl ClientStore for Sbx<'_> {
         .run_ok(self.runner)
         .map(drop)
     }
-
-    fn remove(&self) -> Result<(), InstallError> {
-        sbx_command(
-            self.reg,
-            self.env,
-            &["mcp", "rm", "--force", &self.reg.name],
-        )
-        .run_ok(self.runner)
-        .map(drop)
-    }
 }
 
 /// Explicitly replacing, unlike the other clients: the broker first, then `rm --force`
@@ -152,7 +177,7 @@ pub fn install(
 ) -> Result<String, InstallError> {
     broker_start(reg, env, runner)?;
     let removed = sbx_command(reg, env, &["mcp", "rm", "--force", &reg.name]).run(runner)?;
-    if !removed.ok() && removed.stderr.trim() != not_found(reg) {
+    if !removed.ok() && removed.stderr.trim() != not_found(&reg.name) {
         return Err(InstallError::UnexpectedRemove {
             name: reg.name.clone(),
             diagnostic: removed.diagnostic(),

@@ -7,6 +7,8 @@ use std::cell::RefCell;
 use std::fs;
 use std::path::PathBuf;
 
+use serde_json::{Value, json};
+
 use crate::InstallError;
 use crate::registration::{Client, Environment, Registration};
 use crate::runner::{ClientCommand, Finished, Runner};
@@ -136,5 +138,52 @@ pub fn assert_each_named(
             got.as_deref().is_some_and(|d| d.contains(want)),
             "{want}: got {got:?}"
         );
+    }
+}
+
+/// The entry as `codex mcp get NAME --json` prints it after `codex mcp add NAME --
+/// COMMAND ARGS…`.
+pub fn codex_shown(name: &str, command: &str, args: &[&str]) -> Value {
+    json!({
+        "name": name,
+        "enabled": true,
+        "transport": {
+            "type": "stdio",
+            "command": command,
+            "args": args,
+            "env": null,
+            "env_vars": [],
+            "cwd": null,
+        },
+        "enabled_tools": null,
+        "disabled_tools": null,
+        "startup_timeout_sec": null,
+        "tool_timeout_sec": null,
+    })
+}
+
+/// Answers like the real codex CLI over an in-memory config.
+pub fn fake_codex(stored: &RefCell<Option<Value>>) -> impl Fn(&ClientCommand) -> Finished + '_ {
+    move |command| {
+        let args: Vec<&str> = command.args.iter().map(String::as_str).collect();
+        match args.as_slice() {
+            ["mcp", "get", name, "--json"] => match &*stored.borrow() {
+                Some(entry) => finished(0, &serde_json::to_string_pretty(entry).unwrap(), ""),
+                None => finished(
+                    1,
+                    "",
+                    &format!("Error: No MCP server named '{name}' found.\n"),
+                ),
+            },
+            ["mcp", "add", name, "--", program, rest @ ..] => {
+                *stored.borrow_mut() = Some(codex_shown(name, program, rest));
+                finished(0, &format!("Added global MCP server '{name}'.\n"), "")
+            }
+            ["mcp", "remove", name] => {
+                *stored.borrow_mut() = None;
+                finished(0, &format!("Removed global MCP server '{name}'.\n"), "")
+            }
+            other => finished(2, "", &format!("unexpected codex call {other:?}")),
+        }
     }
 }

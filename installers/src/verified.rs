@@ -1,78 +1,87 @@
 //! The one registration discipline every client follows: read the entry first; an
 //! identical one is a no-op, a different one is refused untouched; only an absent one
 //! is written, and what was written is read back and compared before success is
-//! claimed. Removal likewise touches only an identical entry.
+//! claimed. Removal likewise touches only an entry the store accepts as its own.
 
 use serde_json::Value;
 
 use crate::InstallError;
 use crate::registration::Registration;
 
-/// How one client stores and compares its entry.
+/// How one client reads, compares and removes its entry.
 pub trait ClientStore {
     const CLIENT: &'static str;
     /// The entry for this registration as the client shows it, or `None`.
     fn read(&self) -> Result<Option<Value>, InstallError>;
-    /// What differs from the expected definition, or `None` when identical.
+    /// What differs from the expected definition, or `None` when identical (for a
+    /// removal store: when the entry is one it may remove).
     fn difference(&self, found: &Value) -> Option<String>;
-    fn add(&self) -> Result<(), InstallError>;
     fn remove(&self) -> Result<(), InstallError>;
 }
 
-fn conflict<S: ClientStore>(reg: &Registration, difference: String) -> InstallError {
+/// A store that can also write its one expected definition.
+pub trait ClientWriter: ClientStore {
+    fn add(&self) -> Result<(), InstallError>;
+}
+
+fn conflict<S: ClientStore>(name: &str, difference: String) -> InstallError {
     InstallError::Conflict {
         client: S::CLIENT,
-        name: reg.name.clone(),
+        name: name.to_owned(),
         difference,
     }
 }
 
-pub fn install<S: ClientStore>(store: &S, reg: &Registration) -> Result<String, InstallError> {
+/// [`install_entry`] for a workspace registration.
+pub fn install<S: ClientWriter>(store: &S, reg: &Registration) -> Result<String, InstallError> {
+    install_entry(store, &reg.name, &format!("private root {}", reg.root))
+}
+
+/// Installs the entry `name`; `detail` ends the success message, in parentheses.
+pub fn install_entry<S: ClientWriter>(
+    store: &S,
+    name: &str,
+    detail: &str,
+) -> Result<String, InstallError> {
     if let Some(found) = store.read()? {
         return match store.difference(&found) {
             None => Ok(format!(
-                "{} already has {} exactly as expected; nothing changed",
-                S::CLIENT,
-                reg.name
+                "{} already has {name} exactly as expected; nothing changed",
+                S::CLIENT
             )),
-            Some(difference) => Err(conflict::<S>(reg, difference)),
+            Some(difference) => Err(conflict::<S>(name, difference)),
         };
     }
     store.add()?;
     let difference = match store.read()? {
         Some(found) => match store.difference(&found) {
-            None => {
-                return Ok(format!(
-                    "registered {} with {} (private root {})",
-                    reg.name,
-                    S::CLIENT,
-                    reg.root
-                ));
-            }
+            None => return Ok(format!("registered {name} with {} ({detail})", S::CLIENT)),
             Some(difference) => difference,
         },
         None => "no entry".to_string(),
     };
     Err(InstallError::VerifyFailed {
         client: S::CLIENT,
-        name: reg.name.clone(),
+        name: name.to_owned(),
         difference,
     })
 }
 
+/// [`uninstall_entry`] for a workspace registration.
 pub fn uninstall<S: ClientStore>(store: &S, reg: &Registration) -> Result<String, InstallError> {
+    uninstall_entry(store, &reg.name)
+}
+
+/// Removes the entry `name` only when the store accepts it as its own.
+pub fn uninstall_entry<S: ClientStore>(store: &S, name: &str) -> Result<String, InstallError> {
     let Some(found) = store.read()? else {
-        return Ok(format!(
-            "{} has no {}; nothing to remove",
-            S::CLIENT,
-            reg.name
-        ));
+        return Ok(format!("{} has no {name}; nothing to remove", S::CLIENT));
     };
     if let Some(difference) = store.difference(&found) {
-        return Err(conflict::<S>(reg, difference));
+        return Err(conflict::<S>(name, difference));
     }
     store.remove()?;
-    Ok(format!("removed {} from {}", reg.name, S::CLIENT))
+    Ok(format!("removed {name} from {}", S::CLIENT))
 }
 
 #[cfg(test)]
@@ -126,6 +135,14 @@ mod tests {
             (*found != self.expected).then(|| format!("found {found}"))
         }
 
+        fn remove(&self) -> Result<(), InstallError> {
+            self.removes.set(self.removes.get() + 1);
+            *self.entry.borrow_mut() = None;
+            Ok(())
+        }
+    }
+
+    impl ClientWriter for Fake {
         fn add(&self) -> Result<(), InstallError> {
             self.adds.set(self.adds.get() + 1);
             if self.add_writes_nothing {
@@ -136,12 +153,6 @@ mod tests {
             } else {
                 self.expected.clone()
             });
-            Ok(())
-        }
-
-        fn remove(&self) -> Result<(), InstallError> {
-            self.removes.set(self.removes.get() + 1);
-            *self.entry.borrow_mut() = None;
             Ok(())
         }
     }

@@ -116,7 +116,8 @@ impl Home {
 
 pub const SOCKET_NAME: &str = "marshd.sock";
 
-fn passwd_home() -> Result<PathBuf> {
+/// The passwd home of the effective uid (never `$HOME`).
+pub(crate) fn passwd_home() -> Result<PathBuf> {
     let user = nix::unistd::User::from_uid(nix::unistd::geteuid())
         .context(|| "looking up the passwd entry of the effective uid".to_string())?
         .ok_or_else(|| Error::failed("no passwd entry for the effective uid; set MARSH_HOME"))?;

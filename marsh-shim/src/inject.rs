@@ -21,6 +21,7 @@ pub enum Verb {
     Stop,
     WorkersReset,
     Load,
+    KitRun,
 }
 
 impl Verb {
@@ -35,6 +36,7 @@ impl Verb {
             Verb::Stop => "stop",
             Verb::WorkersReset => "workers-reset",
             Verb::Load => "load",
+            Verb::KitRun => "kit-run",
         }
     }
 }

@@ -14,6 +14,7 @@ mod kits;
 mod limits;
 mod marshd;
 mod proto;
+mod publication;
 mod receipt;
 mod sandbox;
 mod sbx;

@@ -1,5 +1,6 @@
 //! The `marshd` binary's modes: `serve` (the per-home daemon), `agent` (the project
-//! shell's in-sandbox agent) and `kit-client` (what a kit wrapper on a job's PATH runs).
+//! shell's in-sandbox agent), `container-init`, `kit-client` (what a kit wrapper on a
+//! job's PATH runs) and `mcp-client` (what `mcp` on a job's PATH runs).
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -11,7 +12,7 @@ use clap::{ArgAction, CommandFactory, Parser, Subcommand};
 use crate::util::log;
 use crate::{agent, daemon};
 
-const USAGE: &str = "marshd serve --home HOME --workspace DIR | marshd agent --kit-socket PATH --kit-dir DIR --self PATH [--contain] [--nproc N] | marshd container-init | marshd kit-client --socket PATH KIT [ARGS...]";
+const USAGE: &str = "marshd serve --home HOME --workspace DIR | marshd agent --kit-socket PATH --kit-dir DIR --bin-dir DIR --self PATH [--contain] [--nproc N] | marshd container-init | marshd kit-client --socket PATH KIT [ARGS...] | marshd mcp-client --socket PATH [ARGS...]";
 
 // The command line. Only `--version` is a flag of its own: there is no `--help` or
 // `help` (they are usage errors), a repeated flag keeps its last value, and a flag's
@@ -50,6 +51,8 @@ enum Mode {
         kit_socket: PathBuf,
         #[arg(long, value_name = "DIR", allow_hyphen_values = true)]
         kit_dir: PathBuf,
+        #[arg(long, value_name = "DIR", allow_hyphen_values = true)]
+        bin_dir: PathBuf,
         #[arg(long = "self", value_name = "PATH", allow_hyphen_values = true)]
         self_exe: PathBuf,
         /// Run each job in its own pid and mount namespace (inside bubblewrap).
@@ -80,6 +83,24 @@ enum Mode {
             allow_hyphen_values = true
         )]
         command: Vec<OsString>,
+    },
+    /// What `mcp` in the project shell runs: `--socket PATH` first, then the `mcp`
+    /// arguments, passed on verbatim.
+    #[command(
+        name = "mcp-client",
+        disable_help_flag = true,
+        override_usage = "marshd mcp-client --socket PATH [ARGS...]"
+    )]
+    McpClient {
+        #[arg(long, value_name = "PATH", allow_hyphen_values = true)]
+        socket: PathBuf,
+        #[arg(
+            value_name = "ARGS",
+            num_args = 0..,
+            trailing_var_arg = true,
+            allow_hyphen_values = true
+        )]
+        args: Vec<OsString>,
     },
 }
 
@@ -113,12 +134,14 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Mode::Agent {
             kit_socket,
             kit_dir,
+            bin_dir,
             self_exe,
             contain,
             nproc,
         } => match agent::run(agent::AgentPaths {
             kit_socket,
             kit_dir,
+            bin_dir,
             self_exe,
             contain,
             nproc,
@@ -137,6 +160,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
             // `required = true` guarantees the kit's name.
             None => 2,
         },
+        Mode::McpClient { socket, args } => agent::mcp_client::run(&socket, &args),
     }
 }
 
@@ -207,6 +231,8 @@ mod tests {
             "/run/k.sock",
             "--kit-dir",
             "/run/kits",
+            "--bin-dir",
+            "/run/bin",
             "--self",
             "/a",
         ];
@@ -214,12 +240,14 @@ mod tests {
             Mode::Agent {
                 kit_socket,
                 kit_dir,
+                bin_dir,
                 self_exe,
                 contain,
                 nproc,
             } => {
                 assert_eq!(kit_socket, PathBuf::from("/run/k.sock"));
                 assert_eq!(kit_dir, PathBuf::from("/run/kits"));
+                assert_eq!(bin_dir, PathBuf::from("/run/bin"));
                 assert_eq!(self_exe, PathBuf::from("/a"));
                 assert!(!contain);
                 assert_eq!(nproc, None);
@@ -320,7 +348,7 @@ mod tests {
             ),
             (
                 &["agent", "--self"],
-                "Usage: marshd agent [OPTIONS] --kit-socket <PATH> --kit-dir <DIR> --self <PATH>",
+                "Usage: marshd agent [OPTIONS] --kit-socket <PATH> --kit-dir <DIR> --bin-dir <DIR> --self <PATH>",
             ),
             (
                 &["kit-client", "--socket"],

@@ -5,8 +5,9 @@
 //! - `marsh` -> `marshd` ([`Request`] / [`Reply`]), over the owner-only daemon socket;
 //! - `marshd` <-> the in-sandbox agent ([`ToAgent`] / [`FromAgent`]), over an inherited
 //!   socket pair;
-//! - a kit wrapper inside the sandbox -> the agent ([`KitRequest`] / [`KitReply`]), over
-//!   the sandbox-private kit socket. It carries no daemon credential.
+//! - a kit wrapper or the `mcp` command inside the sandbox -> the agent
+//!   ([`ShellRequest`] / [`KitReply`] or [`PublicationAnswer`]), over the
+//!   sandbox-private agent socket. It carries no daemon credential.
 
 use std::os::fd::{BorrowedFd, OwnedFd};
 
@@ -15,10 +16,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendReport;
 use crate::error::{Error, Result};
+pub use crate::publication::{PublicationAnswer, PublicationRequest};
 use crate::seqpacket::SeqPacket;
 
 /// Bumped whenever a message changes shape; both ends must agree.
-pub const PROTO_VERSION: u32 = 2;
+pub const PROTO_VERSION: u32 = 3;
 
 /// A byte string carried as base64 text.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -63,14 +65,23 @@ pub struct Request {
 pub enum Op {
     Ping,
     Status,
-    /// Run a shell command; the record carries the job's stdout and stderr descriptors.
-    /// `env` holds only the variables the job environment takes from the caller.
+    /// Run a shell command; the record carries the job's stdin, stdout and stderr
+    /// descriptors. `env` holds only the variables the job environment takes from the
+    /// caller.
     Run {
         command: Bytes,
         cwd: Bytes,
         env: Vec<EnvVar>,
     },
-    /// Sent on a `Run` connection: cancel that job.
+    /// Run a registered kit with exactly `args` (no shell); the record carries the
+    /// kit's stdin, stdout and stderr descriptors.
+    KitRun {
+        kit: String,
+        args: Vec<Bytes>,
+        cwd: Bytes,
+        env: Vec<EnvVar>,
+    },
+    /// Sent on a `Run` or `KitRun` connection: cancel that job.
     Cancel,
     Load {
         selection: String,
@@ -97,6 +108,15 @@ pub enum Reply {
         exit_code: Option<i32>,
         signal: Option<i32>,
     },
+    /// The end of a `KitRun`. `receipt_id` is set once the receipt is durable;
+    /// `failure` (exit code and message) when the kit could not run or its receipt
+    /// could not be written.
+    KitFinished {
+        receipt_id: Option<String>,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        failure: Option<KitFailure>,
+    },
     Loaded {
         names: Vec<String>,
     },
@@ -113,6 +133,14 @@ pub enum Reply {
         class: ErrorClass,
         message: String,
     },
+}
+
+/// Why a kit did not give its own status: `code` is the exit code to report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KitFailure {
+    pub code: i32,
+    pub message: String,
 }
 
 /// Which exit code an error reply maps onto on the client's side.
@@ -179,7 +207,8 @@ pub struct WorkerReport {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ToInit {
-    /// Start `/bin/sh -c command`; the record carries stdout and stderr descriptors.
+    /// Start `/bin/sh -c command`; the record carries stdin, stdout and stderr
+    /// descriptors.
     Run {
         command: Bytes,
         cwd: Bytes,
@@ -210,7 +239,8 @@ pub enum FromInit {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ToAgent {
-    /// Fork `/bin/sh -c command`; the record carries stdout and stderr descriptors.
+    /// Fork `/bin/sh -c command`; the record carries stdin, stdout and stderr
+    /// descriptors.
     Run {
         job: u64,
         command: Bytes,
@@ -231,6 +261,11 @@ pub enum ToAgent {
         req: u64,
         code: i32,
         message: String,
+    },
+    /// The daemon's answer to a publication request.
+    PublicationDone {
+        req: u64,
+        answer: PublicationAnswer,
     },
 }
 
@@ -265,15 +300,27 @@ pub enum FromAgent {
     KitCancel {
         req: u64,
     },
+    /// A job ran `mcp publish|unpublish|load`: the project shell's authority to
+    /// publish. Only the agent's channel carries it (kit containers have no agent).
+    Publication {
+        req: u64,
+        request: PublicationRequest,
+    },
 }
 
-/// Kit wrapper -> agent; the record carries the wrapper's fds 0, 1 and 2.
+/// A program inside the project shell -> agent, over the sandbox-private socket.
 #[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KitRequest {
-    pub kit: String,
-    pub args: Vec<Bytes>,
-    pub env: Vec<EnvVar>,
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ShellRequest {
+    /// A kit wrapper; the record carries the wrapper's fds 0, 1 and 2. Answered with
+    /// a [`KitReply`].
+    Kit {
+        kit: String,
+        args: Vec<Bytes>,
+        env: Vec<EnvVar>,
+    },
+    /// The `mcp` command; answered with a [`PublicationAnswer`].
+    Publication { request: PublicationRequest },
 }
 
 #[derive(Debug, Serialize, Deserialize)]

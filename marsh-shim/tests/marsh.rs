@@ -585,3 +585,196 @@ fn concurrent_first_runs_boot_one_daemon() {
     let log = std::fs::read_to_string(env.home.join("daemon/marshd.log")).unwrap();
     assert_eq!(log.matches(" serving ").count(), 1, "{log}");
 }
+
+#[test]
+fn run_gives_the_job_marshs_stdin() {
+    use std::io::Write;
+    let env = Env::new();
+    let mut child = env
+        .cmd()
+        .args(["-c", "tr a-z A-Z"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"abc").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        (code(&out), stdout(&out)),
+        (0, "ABC".to_string()),
+        "{}",
+        stderr(&out)
+    );
+    // A null stdin reads as empty.
+    assert_eq!(stdout(&env.run("cat; echo done")), "done\n");
+}
+
+#[test]
+fn kit_run_runs_exactly_its_arguments_with_the_callers_stdio() {
+    use std::io::Write;
+    let env = Env::new();
+    env.write_kit(
+        "show",
+        &[
+            "/bin/sh",
+            "-c",
+            "printf '<%s>\\n' \"$@\"; tr a-z A-Z; exit 3",
+            "show",
+        ],
+    );
+    let args = ["a b", "-x", "--", "$HOME", "", "it's"];
+    let mut argv = vec!["kit", "run", "show", "--"];
+    argv.extend_from_slice(&args);
+    let mut child = env
+        .cmd()
+        .args(&argv)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"piped").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out),
+        "<a b>\n<-x>\n<-->\n<$HOME>\n<>\n<it's>\nPIPED"
+    );
+
+    let receipt = env.json(&["results"])["results"][0].clone();
+    assert_eq!(receipt["kind"], "kit");
+    assert_eq!(receipt["kit"], "show");
+    assert_eq!(receipt["exit_code"], 3);
+    assert_eq!(
+        receipt["command"],
+        "/bin/sh -c 'printf '\\''<%s>\\n'\\'' \"$@\"; tr a-z A-Z; exit 3' show 'a b' -x -- '$HOME' '' 'it'\\''s'"
+    );
+    assert_eq!(env.status()["workers"][0]["state"], "warm");
+
+    // The invocation log is the evidence of the argv marsh was given.
+    let log = std::fs::read_to_string(env.home.join(".shim/invocations.jsonl")).unwrap();
+    let line: serde_json::Value = log
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .rfind(|l| l["argv"][1] == "kit")
+        .unwrap();
+    let logged: Vec<&str> = line["argv"].as_array().unwrap()[1..]
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(logged, argv);
+
+    // Without `--`, the arguments start at the first word that is not an option.
+    let out = env.marsh(&["kit", "run", "show", "plain", "-y"]);
+    assert_eq!(stdout(&out), "<plain>\n<-y>\n");
+
+    // A kit killed by signal N exits 128+N.
+    env.write_kit("die", &["/bin/sh", "-c", "kill -9 $$"]);
+    assert_eq!(code(&env.marsh(&["kit", "run", "die"])), 128 + 9);
+}
+
+#[test]
+fn kit_run_writes_the_receipt_id_to_its_descriptor() {
+    let env = Env::new();
+    env.write_kit("ok", &["/bin/echo", "done"]);
+    let receipt_file = env.dir.path().join("receipt");
+    let script = "exec \"$0\" kit run ok --receipt-fd 3 -- x 3>\"$1\"";
+    let marsh = env.marsh.to_str().unwrap().to_string();
+    let out = env
+        .cmd_with(
+            "/bin/sh",
+            &["-c", script, &marsh, receipt_file.to_str().unwrap()],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(
+        (code(&out), stdout(&out)),
+        (0, "done x\n".to_string()),
+        "{}",
+        stderr(&out)
+    );
+    let written = std::fs::read_to_string(&receipt_file).unwrap();
+    let id = written.strip_suffix('\n').unwrap();
+    let receipt = env.json(&["results", "show", id]);
+    assert_eq!(receipt["id"], id);
+    assert_eq!(receipt["kind"], "kit");
+
+    // The descriptor must be open for writing, numbered 3 or more.
+    for args in [
+        &["kit", "run", "ok", "--receipt-fd", "9"][..],
+        &["kit", "run", "ok", "--receipt-fd", "2"],
+    ] {
+        let out = env.marsh(args);
+        assert_eq!(code(&out), 2, "{args:?}: {}", stderr(&out));
+    }
+    let script = "exec \"$0\" kit run ok --receipt-fd 3 3<\"$1\"";
+    let out = env
+        .cmd_with(
+            "/bin/sh",
+            &["-c", script, &marsh, receipt_file.to_str().unwrap()],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not open for writing"),
+        "{}",
+        stderr(&out)
+    );
+
+    // Without a receipt (the kit is unknown) nothing is written.
+    std::fs::write(&receipt_file, "").unwrap();
+    let script = "exec \"$0\" kit run missing --receipt-fd 3 3>\"$1\"";
+    let out = env
+        .cmd_with(
+            "/bin/sh",
+            &["-c", script, &marsh, receipt_file.to_str().unwrap()],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 1);
+    assert_eq!(std::fs::read_to_string(&receipt_file).unwrap(), "");
+}
+
+#[test]
+fn kit_run_refuses_an_unknown_kit_before_any_job_and_honours_injection() {
+    let env = Env::new();
+    let out = env.marsh(&["kit", "run", "nope", "--", "x"]);
+    assert_eq!(code(&out), 1);
+    assert_eq!(stderr(&out), "marsh: unknown kit nope\n");
+    std::fs::create_dir_all(&env.home).unwrap();
+    let out = env.marsh(&["kit", "run", "Bad.Name"]);
+    assert_eq!(stderr(&out), "marsh: unknown kit Bad.Name\n");
+    assert_eq!(
+        env.status()["daemon"]["state"],
+        "absent",
+        "nothing was booted"
+    );
+    assert_eq!(env.json(&["results"])["results"], serde_json::json!([]));
+
+    env.write_kit("ok", &["true"]);
+    env.inject("fail", "kit-run", "4");
+    let out = env.marsh(&["kit", "run", "ok"]);
+    assert_eq!(code(&out), 4);
+    assert_eq!(stderr(&out), "marsh: injected failure: kit-run\n");
+    std::fs::remove_file(env.home.join(".shim/fail/kit-run")).unwrap();
+    env.inject("fail", "boot", "5");
+    assert_eq!(code(&env.marsh(&["kit", "run", "ok"])), 5);
+}
+
+#[test]
+fn kit_run_is_cancelled_by_sigterm_and_counts_as_active() {
+    let env = Env::new();
+    env.write_kit("slow", &["sleep", "41.5"]);
+    let mut job = env.spawn(&["kit", "run", "slow"]);
+    env.wait_status("the kit job", |s| s["active_jobs"] == 1);
+    assert_eq!(code(&env.marsh(&["stop"])), 125, "busy while the kit runs");
+    kill(Pid::from_raw(job.id() as i32), Signal::SIGTERM).unwrap();
+    assert_eq!(job.wait().unwrap().code(), Some(128 + 15));
+    common::wait_no_process("sleep 41.5");
+    env.wait_status("the kit job to end", |s| s["active_jobs"] == 0);
+    let receipt = env.json(&["results"])["results"][0].clone();
+    assert_eq!(receipt["kit"], "slow");
+    assert_eq!(receipt["exit_code"], serde_json::Value::Null);
+}

@@ -11,9 +11,12 @@ use serde_json::{Value, json};
 const SBX: &str = env!("CARGO_BIN_EXE_sbx");
 
 fn sbx(dir: &std::path::Path, extra: &[(&str, &str)], args: &[&str]) -> std::process::Output {
+    // A private state file unless the test names one: the default is under the
+    // passwd home, which a test never touches.
     Command::new(SBX)
         .env_clear()
         .env("HOME", dir)
+        .env("SBX_SHIM_STATE", dir.join("default-state.json"))
         .envs(extra.iter().copied())
         .args(args)
         .output()
@@ -44,29 +47,20 @@ fn ls_reads_the_state_file_locations() {
         );
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
     };
-    assert_eq!(ls(&[]), serde_json::json!({"sandboxes": []}));
-
-    let default = dir.path().join(".local/state/sbx-shim/state.json");
-    std::fs::create_dir_all(default.parent().unwrap()).unwrap();
-    std::fs::write(&default, r#"{"sandboxes":[{"name":"dev"}]}"#).unwrap();
-    assert_eq!(ls(&[]), serde_json::json!({"sandboxes": [{"name": "dev"}]}));
-
-    let xdg = dir.path().join("xdg");
-    std::fs::create_dir_all(xdg.join("sbx-shim")).unwrap();
-    std::fs::write(
-        xdg.join("sbx-shim/state.json"),
-        r#"{"sandboxes":[{"name":"x"}]}"#,
-    )
-    .unwrap();
-    let xdg_s = xdg.to_str().unwrap();
-    assert_eq!(
-        ls(&[("XDG_STATE_HOME", xdg_s)]),
-        serde_json::json!({"sandboxes": [{"name": "x"}]})
-    );
-
     let explicit = dir.path().join("explicit.json");
-    std::fs::write(&explicit, r#"{"sandboxes":[{"name":"e"}]}"#).unwrap();
     let explicit_s = explicit.to_str().unwrap();
+    assert_eq!(
+        ls(&[("SBX_SHIM_STATE", explicit_s)]),
+        serde_json::json!({"sandboxes": []}),
+        "a missing file means none"
+    );
+    std::fs::write(&explicit, r#"{"sandboxes":[{"name":"e"}]}"#).unwrap();
+
+    // SBX_SHIM_STATE wins over anything else; without it the file is under the passwd
+    // home, never `$HOME` or `$XDG_STATE_HOME` (`sbx::tests::state_path_precedence`: a
+    // black-box check would have to read the real home).
+    let xdg = dir.path().join("xdg");
+    let xdg_s = xdg.to_str().unwrap();
     assert_eq!(
         ls(&[("XDG_STATE_HOME", xdg_s), ("SBX_SHIM_STATE", explicit_s)]),
         serde_json::json!({"sandboxes": [{"name": "e"}]})

@@ -24,7 +24,7 @@ def show(title, envelope):
         print(f"  error {err['kind']} (retryable={err['retryable']}): {err['message']}")
         return envelope
     data = envelope["data"]
-    for key in ("state", "exit_code", "operation_id", "stdout_text", "stderr_text", "stdout_text_state",
+    for key in ("outcome", "state", "exit_code", "operation_id", "stdout_text", "stderr_text", "stdout_text_state",
                 "output_complete", "next_seq", "latest_seq", "capped", "healthy", "mode", "runtime_state"):
         if key in data and data[key] not in (None, ""):
             value = data[key]
@@ -119,7 +119,46 @@ async def main():
                 print(f"  receipts read: {len(receipts)}; scope afterwards: "
                       f"{(await call(session, 'scope_status', {'scope_id': scope}))['data']['state']}")
             show("scope_remove", await call(session, "scope_remove", {"scope_id": scope}))
+    await publish_demo(bin_dir, workspace, os.path.dirname(root))
     print("\ndemo finished: every call above went through a real MCP client session.")
+
+
+async def publish_demo(bin_dir, workspace, demo_dir):
+    """Publish a pipeline from the project shell, load it into a sandbox, and call it
+    through the exporter the way the sandbox gateway launches it."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/root"),
+        "MARSH_CONTROL_HOME": os.path.join(demo_dir, "control"),
+        "SBX_SHIM_STATE": os.path.join(demo_dir, "sbx", "state.json"),
+    }
+    dev = StdioServerParameters(
+        command=os.path.join(bin_dir, "marsh-mcp"),
+        args=["serve", "--workspace", workspace, "--home", os.path.join(demo_dir, "home"),
+              "--sbx", os.path.join(bin_dir, "sbx")],
+        env=env, cwd=workspace,
+    )
+    async with stdio_client(dev) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            show("shell_run: mcp publish (inside the project shell)",
+                 await call(session, "shell_run", {"command": "mcp publish shout --description 'Upper-cases its input' "
+                                                             "--sandbox demo-box -- 'tr a-z A-Z'"}))
+    gateway = StdioServerParameters(
+        command=os.path.join(bin_dir, "sbx"),
+        args=["mcp", "gateway-exec", "marsh-pub-shout", "--sandbox", "demo-box"],
+        env=env, cwd=demo_dir,
+    )
+    async with stdio_client(gateway) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            tools = await session.list_tools()
+            print("\n=== the sandbox's view of marsh-pub-shout (export-serve)")
+            print("  tools:", ", ".join(t.name for t in tools.tools))
+            show("shout {input: 'published from the project shell'}",
+                 await call(session, "shout", {"input": "published from the project shell"}))
+            show("shell_run through the exporter (refused: not published)",
+                 await call(session, "shell_run", {"command": "id"}))
 
 
 if __name__ == "__main__":

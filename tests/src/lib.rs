@@ -131,6 +131,12 @@ impl Sandbox {
         self.state().join("root")
     }
 
+    /// The stand-in sbx's state file of this sandbox (`SBX_SHIM_STATE`): without it
+    /// the stand-in uses the passwd home's, which a test must never touch.
+    pub fn sbx_state(&self) -> PathBuf {
+        self.state().join("sbx-shim-state.json")
+    }
+
     /// The `XDG_RUNTIME_DIR` every marsh-mcp of this sandbox gets (short, private).
     pub fn runtime_base(&self) -> PathBuf {
         self.state().join("run")
@@ -221,6 +227,7 @@ impl Sandbox {
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", self.state().join("user"))
             .env("XDG_RUNTIME_DIR", self.runtime_base())
+            .env("SBX_SHIM_STATE", self.sbx_state())
             .current_dir(self.workspace());
         for (k, v) in env {
             cmd.env(k, v);
@@ -431,6 +438,17 @@ impl Server {
         );
         self.notify("notifications/initialized", json!({}));
         reply
+    }
+
+    /// The names `tools/list` answers with.
+    pub fn tool_names(&mut self) -> Vec<String> {
+        let list = self.request("tools/list", json!({}));
+        list["result"]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("tools/list failed: {list}"))
+            .iter()
+            .map(|t| t["name"].as_str().expect("tool name").to_string())
+            .collect()
     }
 
     /// Calls a tool and returns its `structuredContent` envelope.

@@ -59,13 +59,7 @@ impl ServerHandler for McpSession {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, McpError> {
-        if self.initialized.swap(true, Ordering::AcqRel) {
-            return Err(McpError::invalid_request(
-                "this session is already initialized",
-                None,
-            ));
-        }
-        context.peer.set_peer_info(request.clone());
+        accept_initialize(&self.initialized, &request, &context)?;
         self.negotiate_initialize(&request)
     }
 
@@ -100,6 +94,41 @@ impl ServerHandler for McpSession {
     }
 }
 
+/// The one `initialize` a session accepts: a second is refused, the first records the
+/// client's info. Shared by the development and the export session.
+pub(crate) fn accept_initialize(
+    initialized: &AtomicBool,
+    request: &InitializeRequestParams,
+    context: &RequestContext<RoleServer>,
+) -> Result<(), McpError> {
+    if initialized.swap(true, Ordering::AcqRel) {
+        return Err(McpError::invalid_request(
+            "this session is already initialized",
+            None,
+        ));
+    }
+    context.peer.set_peer_info(request.clone());
+    Ok(())
+}
+
+/// Runs `handler` over a byte stream until the peer leaves.
+pub(crate) async fn run_handler<H, R, W>(handler: H, read: R, write: W) -> Result<(), String>
+where
+    H: ServerHandler,
+    R: AsyncBufRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let transport = LineTransport::spawn(read, write);
+    match handler.serve(transport).await {
+        Ok(running) => running
+            .waiting()
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Serves one session over a byte stream until the peer leaves, then cancels exactly
 /// this session's live operations and waits (bounded) for their children.
 pub async fn serve_session<R, W>(ctx: Arc<ServerContext>, read: R, write: W) -> Result<(), String>
@@ -109,15 +138,7 @@ where
 {
     let handler = McpSession::new(Arc::clone(&ctx));
     let session = handler.id();
-    let transport = LineTransport::spawn(read, write);
-    let outcome = match handler.serve(transport).await {
-        Ok(running) => running
-            .waiting()
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
+    let outcome = run_handler(handler, read, write).await;
     let cancelled = ctx.ops.cancel_session(session);
     if !cancelled.is_empty() {
         tracing::info!(

@@ -3,7 +3,7 @@
 mod handler;
 mod transport;
 
-pub(crate) use handler::serve_session;
+pub(crate) use handler::{accept_initialize, run_handler, serve_session};
 
 #[cfg(test)]
 mod session_tests;

@@ -57,6 +57,8 @@ fn fixture() -> Fixture {
         marsh: Some(bin.join("marsh")),
         sbx: bin.join("sbx"),
         allow_full_sbx_control: false,
+        declaration: None,
+        expected_generation: None,
     };
     let user_home = base.join("user-home");
     std::fs::create_dir(&user_home).unwrap();

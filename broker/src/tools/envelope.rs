@@ -25,6 +25,19 @@ pub fn into_call_result(outcome: ToolResult) -> CallToolResult {
     result
 }
 
+/// The `error` member of every failed result (export mode's too).
+pub fn error_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string"},
+            "message": {"type": "string"},
+            "retryable": {"type": "boolean"}
+        },
+        "required": ["kind", "message", "retryable"]
+    })
+}
+
 /// The output schema shared by every tool: the envelope, with `data` left open
 /// because each tool documents its own fields in its description.
 pub fn envelope_schema() -> Arc<JsonObject> {
@@ -33,15 +46,7 @@ pub fn envelope_schema() -> Arc<JsonObject> {
         "properties": {
             "ok": {"type": "boolean"},
             "data": {"type": "object"},
-            "error": {
-                "type": "object",
-                "properties": {
-                    "kind": {"type": "string"},
-                    "message": {"type": "string"},
-                    "retryable": {"type": "boolean"}
-                },
-                "required": ["kind", "message", "retryable"]
-            }
+            "error": error_schema()
         },
         "required": ["ok"]
     });

@@ -26,6 +26,7 @@ use crate::context::ServerContext;
 use crate::error::{ToolError, ToolResult};
 use crate::operations::SessionId;
 use crate::tool_name::{Addressing, ToolName};
+pub(crate) use envelope::error_schema;
 use envelope::{envelope_schema, into_call_result};
 
 /// One call as a handler sees it: whose, with what arguments (`scope_id` already

@@ -203,7 +203,7 @@ impl Warm {
         cwd: &Bytes,
         env: Vec<EnvVar>,
         nproc: Option<u64>,
-        stdio: [BorrowedFd<'_>; 2],
+        stdio: [BorrowedFd<'_>; 3],
     ) -> Result<Contained> {
         let msg = ToInit::Run {
             command: command.clone(),

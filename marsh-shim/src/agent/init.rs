@@ -138,9 +138,9 @@ fn run_one(
     nproc: Option<u64>,
     fds: Vec<OwnedFd>,
 ) -> Result<(Option<i32>, Option<i32>)> {
-    let [stdout, stderr]: [OwnedFd; 2] = fds
+    let [stdin, stdout, stderr]: [OwnedFd; 3] = fds
         .try_into()
-        .map_err(|_| Error::Protocol("a run must carry stdout and stderr".into()))?;
+        .map_err(|_| Error::Protocol("a run must carry stdin, stdout and stderr".into()))?;
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(OsStr::from_bytes(command))
@@ -151,7 +151,7 @@ fn run_one(
         )
         .current_dir(OsStr::from_bytes(cwd))
         .process_group(0)
-        .stdin(Stdio::null())
+        .stdin(Stdio::from(stdin))
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::from(stderr));
     if let Some(n) = nproc {

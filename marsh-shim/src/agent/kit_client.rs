@@ -7,7 +7,7 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
-use crate::proto::{self, Bytes, EnvVar, KitReply, KitRequest};
+use crate::proto::{self, Bytes, EnvVar, KitReply, ShellRequest};
 use crate::sandbox::CALLER_VARS;
 use crate::seqpacket::SeqPacket;
 use crate::util::log;
@@ -43,7 +43,7 @@ fn request(socket: &Path, kit: &str, args: &[OsString]) -> Result<KitReply, Stri
             })
         })
         .collect();
-    let req = KitRequest {
+    let req = ShellRequest::Kit {
         kit: kit.to_string(),
         args: args.iter().map(|a| Bytes(a.as_bytes().to_vec())).collect(),
         env,

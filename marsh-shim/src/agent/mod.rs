@@ -3,16 +3,18 @@
 //! fd 0 (see [`take_channel`]).
 //!
 //! It starts `/bin/sh -c CMD` per job (cwd = workspace, the fixed job environment,
-//! stdout/stderr = the caller's descriptors) in the job's own container (see
+//! stdin/stdout/stderr = the caller's descriptors) in the job's own container (see
 //! [`container`]; unconfined, in its own process group), reports each exit, ends a
-//! job's container (or group) on cancel, and relays kit requests from a sandbox-private
-//! socket to the daemon. It holds no daemon credential: its only authority is the
-//! inherited channel, which can start jobs' kits and report exits, nothing more.
+//! job's container (or group) on cancel, and relays kit and publication requests from a
+//! sandbox-private socket to the daemon. It holds no daemon credential: its only
+//! authority is the inherited channel, which can start jobs' kits, ask for publication
+//! transactions and report exits, nothing more.
 
 mod container;
 pub mod init;
 pub mod kit_client;
 mod kit_server;
+pub mod mcp_client;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -29,7 +31,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use nix::unistd::Pid;
 
 use crate::error::{Context, Error, Result};
-use crate::proto::{self, Bytes, EnvVar, FromAgent, KitReply, ToAgent};
+use crate::proto::{self, Bytes, EnvVar, FromAgent, KitReply, PublicationAnswer, ToAgent};
 use crate::seqpacket::{Listener, SeqPacket};
 use crate::util::{self, lock};
 
@@ -38,6 +40,8 @@ use crate::util::{self, lock};
 pub struct AgentPaths {
     pub kit_socket: PathBuf,
     pub kit_dir: PathBuf,
+    /// The shell's own commands (`mcp`), first on jobs' PATH.
+    pub bin_dir: PathBuf,
     /// The agent binary as seen from inside the sandbox (wrappers exec it).
     pub self_exe: PathBuf,
     /// Each job in its own pid and mount namespace (bubblewrap only: it needs the
@@ -78,6 +82,8 @@ pub(crate) struct Agent {
     paths: AgentPaths,
     jobs: Mutex<HashMap<u64, JobSlot>>,
     kit_waiters: Mutex<HashMap<u64, mpsc::Sender<KitReply>>>,
+    publication_waiters: Mutex<HashMap<u64, mpsc::Sender<PublicationAnswer>>>,
+    /// Request ids of kit and publication requests (one sequence for both).
     next_kit_req: AtomicU64,
     wrappers: Mutex<Vec<String>>,
     /// Spare job containers (only when jobs are contained).
@@ -105,6 +111,7 @@ struct JobRequest {
     command: Bytes,
     cwd: Bytes,
     env: Vec<EnvVar>,
+    stdin: OwnedFd,
     stdout: OwnedFd,
     stderr: OwnedFd,
 }
@@ -120,6 +127,7 @@ pub fn run(paths: AgentPaths) -> Result<()> {
         chan,
         jobs: Mutex::new(HashMap::new()),
         kit_waiters: Mutex::new(HashMap::new()),
+        publication_waiters: Mutex::new(HashMap::new()),
         next_kit_req: AtomicU64::new(1),
         wrappers: Mutex::new(Vec::new()),
         containers: paths
@@ -127,6 +135,7 @@ pub fn run(paths: AgentPaths) -> Result<()> {
             .then(|| container::Pool::new(paths.self_exe.clone())),
         paths,
     });
+    agent.write_commands()?;
     let listener = agent.prepare_kit_socket()?;
     {
         let agent = Arc::clone(&agent);
@@ -197,19 +206,19 @@ impl Agent {
                     kits,
                 } => {
                     self.sync_wrappers(&kits);
-                    let mut fds = fds.into_iter();
-                    match (fds.next(), fds.next()) {
-                        (Some(stdout), Some(stderr)) => self.start_job(JobRequest {
+                    match <[OwnedFd; 3]>::try_from(fds) {
+                        Ok([stdin, stdout, stderr]) => self.start_job(JobRequest {
                             job,
                             command,
                             cwd,
                             env,
+                            stdin,
                             stdout,
                             stderr,
                         }),
-                        _ => self.report(FromAgent::SpawnFailed {
+                        Err(_) => self.report(FromAgent::SpawnFailed {
                             job,
-                            message: "job request without stdout and stderr".into(),
+                            message: "job request without stdin, stdout and stderr".into(),
                         }),
                     }
                 }
@@ -221,6 +230,11 @@ impl Agent {
                 } => self.finish_kit(req, KitReply::Done { exit_code, signal }),
                 ToAgent::KitFailed { req, code, message } => {
                     self.finish_kit(req, KitReply::Failed { code, message })
+                }
+                ToAgent::PublicationDone { req, answer } => {
+                    if let Some(waiter) = lock(&self.publication_waiters).remove(&req) {
+                        let _ = waiter.send(answer);
+                    }
                 }
             }
         }
@@ -396,7 +410,11 @@ impl Agent {
                 &request.cwd,
                 request.env.clone(),
                 self.paths.nproc,
-                [request.stdout.as_fd(), request.stderr.as_fd()],
+                [
+                    request.stdin.as_fd(),
+                    request.stdout.as_fd(),
+                    request.stderr.as_fd(),
+                ],
             )
         };
         let contained = match run(warm) {
@@ -419,7 +437,7 @@ impl Agent {
             .envs(env)
             .current_dir(OsStr::from_bytes(&request.cwd.0))
             .process_group(0)
-            .stdin(Stdio::null())
+            .stdin(Stdio::from(request.stdin))
             .stdout(Stdio::from(request.stdout))
             .stderr(Stdio::from(request.stderr))
             .spawn();
@@ -464,6 +482,9 @@ impl Agent {
                 message: "the project shell is shutting down".into(),
             });
         }
+        // Dropping a publication waiter answers its command as uncertain: the daemon
+        // may have carried the request out.
+        lock(&self.publication_waiters).clear();
     }
 
     fn finish_kit(&self, req: u64, reply: KitReply) {
@@ -489,6 +510,19 @@ impl Agent {
         *current = kits.to_vec();
     }
 
+    /// Writes the shell's own commands into `bin_dir`: `mcp`, which hands its
+    /// arguments to `marshd mcp-client` (publication requests over the agent socket).
+    fn write_commands(&self) -> Result<()> {
+        let dir = &self.paths.bin_dir;
+        fs::create_dir_all(dir).context(|| format!("creating {}", dir.display()))?;
+        let script = format!(
+            "#!/bin/sh\nexec {} mcp-client --socket {} \"$@\"\n",
+            util::shell_quote(&self.paths.self_exe.to_string_lossy()),
+            util::shell_quote(&self.paths.kit_socket.to_string_lossy()),
+        );
+        install_script(dir, "mcp", &script).context(|| format!("writing {}/mcp", dir.display()))
+    }
+
     fn write_wrapper(&self, kit: &str) -> std::io::Result<()> {
         let script = format!(
             "#!/bin/sh\nexec {} kit-client --socket {} {} \"$@\"\n",
@@ -496,9 +530,14 @@ impl Agent {
             util::shell_quote(&self.paths.kit_socket.to_string_lossy()),
             util::shell_quote(kit),
         );
-        let tmp = self.paths.kit_dir.join(format!(".{kit}.tmp"));
-        fs::write(&tmp, script)?;
-        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755))?;
-        fs::rename(&tmp, self.paths.kit_dir.join(kit))
+        install_script(&self.paths.kit_dir, kit, &script)
     }
+}
+
+/// Installs an executable script `dir/name` by rename, so a job never runs half of it.
+fn install_script(dir: &Path, name: &str, script: &str) -> std::io::Result<()> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    fs::write(&tmp, script)?;
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755))?;
+    fs::rename(&tmp, dir.join(name))
 }

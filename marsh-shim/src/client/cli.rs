@@ -17,6 +17,12 @@ pub enum Command {
         command: OsString,
         load: Option<Selection>,
     },
+    /// `marsh kit run NAME [--receipt-fd N] [--] ARGS...`.
+    KitRun {
+        kit: String,
+        receipt_fd: Option<i32>,
+        args: Vec<OsString>,
+    },
     WorkersReset(Selection),
     Reset,
     Stop,
@@ -24,7 +30,8 @@ pub enum Command {
     Mcp(Vec<OsString>),
 }
 
-pub const USAGE: &str = "usage: marsh [--load SEL] -c CMD | marsh status [--json] | marsh results [--json] | \
+pub const USAGE: &str = "usage: marsh [--load SEL] -c CMD | marsh kit run NAME [--receipt-fd N] [--] ARGS... | \
+marsh status [--json] | marsh results [--json] | \
 marsh results show SEL [--json] | marsh workers reset SEL [--json] | marsh reset [--json] | \
 marsh stop [--json] | marsh mcp ARGS... | marsh --version";
 
@@ -42,6 +49,9 @@ pub fn parse(args: &[OsString]) -> Result<Command> {
     }
     if first == "-c" || first == "--load" {
         return parse_run(args);
+    }
+    if first == "kit" {
+        return parse_kit_run(&args[1..]);
     }
     let words: Vec<&str> = args
         .iter()
@@ -75,6 +85,61 @@ pub fn parse(args: &[OsString]) -> Result<Command> {
             words.join(" ")
         ))),
     }
+}
+
+/// `run NAME [--receipt-fd N] [--] ARGS...`: options come before the arguments; an
+/// argument that starts with `-` must follow `--`.
+fn parse_kit_run(args: &[OsString]) -> Result<Command> {
+    let mut it = args.iter();
+    if it.next().is_none_or(|verb| verb != "run") {
+        return Err(usage(
+            "expected `marsh kit run NAME [--receipt-fd N] [--] ARGS...`",
+        ));
+    }
+    let kit = it
+        .next()
+        .and_then(|name| name.to_str())
+        .filter(|name| !name.starts_with('-'))
+        .ok_or_else(|| usage("marsh kit run needs a kit NAME"))?
+        .to_string();
+    let mut receipt_fd = None;
+    let mut rest = it.as_slice();
+    while let Some((word, tail)) = rest.split_first() {
+        let value = if word == "--receipt-fd" {
+            let (value, tail) = tail
+                .split_first()
+                .ok_or_else(|| usage("--receipt-fd needs a descriptor number"))?;
+            rest = tail;
+            value.to_str()
+        } else if let Some(value) = word.to_str().and_then(|w| w.strip_prefix("--receipt-fd=")) {
+            rest = tail;
+            Some(value)
+        } else if word == "--" {
+            rest = tail;
+            break;
+        } else if word.as_encoded_bytes().starts_with(b"-") {
+            return Err(usage(format!(
+                "unknown option {} (kit arguments that start with - go after --)",
+                word.to_string_lossy()
+            )));
+        } else {
+            break;
+        };
+        if receipt_fd.is_some() {
+            return Err(usage("--receipt-fd given twice"));
+        }
+        let fd = value
+            .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|v| v.parse::<i32>().ok())
+            .filter(|fd| *fd >= 3)
+            .ok_or_else(|| usage("--receipt-fd needs a descriptor number of 3 or more"))?;
+        receipt_fd = Some(fd);
+    }
+    Ok(Command::KitRun {
+        kit,
+        receipt_fd,
+        args: rest.to_vec(),
+    })
 }
 
 fn parse_run(args: &[OsString]) -> Result<Command> {
@@ -169,5 +234,55 @@ mod tests {
         assert_eq!(p(&["--load", "all"]).unwrap_err().exit_code(), 2);
         assert_eq!(p(&["-c", "x", "extra"]).unwrap_err().exit_code(), 2);
         assert_eq!(p(&["--load", "Bad", "-c", "x"]).unwrap_err().exit_code(), 2);
+    }
+
+    #[test]
+    fn kit_run_forms() {
+        let kit_run = |kit: &str, fd: Option<i32>, args: &[&str]| Command::KitRun {
+            kit: kit.into(),
+            receipt_fd: fd,
+            args: args.iter().map(OsString::from).collect(),
+        };
+        assert_eq!(p(&["kit", "run", "k"]).unwrap(), kit_run("k", None, &[]));
+        assert_eq!(
+            p(&["kit", "run", "k", "a", "-b", "--", "c"]).unwrap(),
+            kit_run("k", None, &["a", "-b", "--", "c"])
+        );
+        assert_eq!(
+            p(&[
+                "kit",
+                "run",
+                "k",
+                "--receipt-fd",
+                "3",
+                "--",
+                "--x",
+                "--receipt-fd"
+            ])
+            .unwrap(),
+            kit_run("k", Some(3), &["--x", "--receipt-fd"])
+        );
+        assert_eq!(
+            p(&["kit", "run", "k", "--receipt-fd=9", "a"]).unwrap(),
+            kit_run("k", Some(9), &["a"])
+        );
+        assert_eq!(
+            p(&["kit", "run", "k", "--", "--"]).unwrap(),
+            kit_run("k", None, &["--"])
+        );
+        for bad in [
+            &["kit"][..],
+            &["kit", "go", "k"],
+            &["kit", "run"],
+            &["kit", "run", "-k"],
+            &["kit", "run", "k", "-x"],
+            &["kit", "run", "k", "--receipt-fd"],
+            &["kit", "run", "k", "--receipt-fd", "2"],
+            &["kit", "run", "k", "--receipt-fd", "x"],
+            &["kit", "run", "k", "--receipt-fd", "+4"],
+            &["kit", "run", "k", "--receipt-fd", "3", "--receipt-fd", "4"],
+        ] {
+            assert_eq!(p(bad).unwrap_err().exit_code(), 2, "{bad:?}");
+        }
     }
 }

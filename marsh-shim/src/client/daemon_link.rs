@@ -15,6 +15,7 @@ use crate::error::{Context, Error, Result};
 use crate::home::Home;
 use crate::inject::{self, Verb};
 use crate::proto::{self, Op, PROTO_VERSION, Reply, Request};
+use crate::publication;
 use crate::seqpacket::SeqPacket;
 use crate::{token, util};
 
@@ -27,8 +28,18 @@ const QUICK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Rotate the daemon log beyond this size at boot.
 const LOG_ROTATE_BYTES: u64 = 1 << 20;
 /// Variables a booted daemon inherits from `marsh`; everything else is dropped (its
-/// settings come from `backend.json`, see `config`).
-const DAEMON_ENV: [&str; 5] = ["PATH", "HOME", "USER", "LOGNAME", "LANG"];
+/// settings come from `backend.json`, see `config`). The last two locate the
+/// publication control directory and the stand-in sbx's state; `MARSH_SBX` is passed
+/// resolved (see `spawn_daemon`), never as given.
+const DAEMON_ENV: [&str; 7] = [
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "MARSH_CONTROL_HOME",
+    "SBX_SHIM_STATE",
+];
 
 /// An authenticated connection with one request sent on it.
 pub struct Link {
@@ -179,6 +190,14 @@ fn spawn_daemon(
     let log_err = log
         .try_clone()
         .context(|| "duplicating the log descriptor".to_string())?;
+    // marsh-mcp names its pinned sbx by a descriptor only this process holds: the
+    // daemon gets the file's path. An unresolvable sbx is left out (publication then
+    // reports it); it never stops a boot.
+    let sbx_var = env
+        .iter()
+        .find(|(k, _)| k == publication::SBX_VAR)
+        .map(|(_, v)| v.as_os_str());
+    let sbx = publication::resolve_sbx(sbx_var).ok();
     let mut cmd = Command::new(&marshd);
     cmd.arg0(&marshd_name)
         .arg("serve")
@@ -192,6 +211,7 @@ fn spawn_daemon(
                 .filter(|(k, _)| DAEMON_ENV.iter().any(|d| k == d))
                 .cloned(),
         )
+        .envs(sbx.map(|path| (publication::SBX_VAR, path)))
         .current_dir("/")
         .stdin(Stdio::null())
         .stdout(Stdio::from(log))

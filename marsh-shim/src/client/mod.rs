@@ -3,15 +3,15 @@
 
 mod cli;
 mod daemon_link;
+mod mcp;
 mod run;
 mod verbs;
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 
-use crate::error::{Context, Error, Result};
+use crate::error::{Context, Result};
 use crate::home::Home;
 use crate::invocation;
 use crate::util::log;
@@ -37,6 +37,14 @@ fn dispatch(argv: &[OsString], env: &[(OsString, OsString)]) -> Result<i32> {
     let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
     let mut home = Home::from_env(var("MARSH_HOME"), var("HOME"), &cwd)?;
     let parsed = cli::parse(argv.get(1..).unwrap_or_default());
+    // Adopted before anything else opens a descriptor (see `adopt_receipt_fd`).
+    let receipt_sink = match &parsed {
+        Ok(Command::KitRun {
+            receipt_fd: Some(fd),
+            ..
+        }) => Some(run::adopt_receipt_fd(*fd)),
+        _ => None,
+    };
     if matches!(parsed, Ok(Command::Run { .. })) {
         // Only a run may create the home (its boot needs one); every other verb
         // reports on what exists.
@@ -54,9 +62,13 @@ fn dispatch(argv: &[OsString], env: &[(OsString, OsString)]) -> Result<i32> {
             print_line(cli::USAGE)?;
             return Ok(0);
         }
-        Command::Mcp(args) => return exec_marsh_mcp(&args),
+        Command::Mcp(args) => return mcp::mcp(&home, &cwd, env, &args),
         Command::Run { command, load } => {
             return run::run(&home, &cwd, env, &command, load.as_ref());
+        }
+        Command::KitRun { kit, args, .. } => {
+            let sink = receipt_sink.transpose()?;
+            return run::kit_run(&home, &cwd, env, &kit, &args, sink);
         }
         Command::Status => verbs::status(&home, var("HOME").as_ref())?,
         Command::Results => verbs::results(&home)?,
@@ -71,11 +83,4 @@ fn dispatch(argv: &[OsString], env: &[(OsString, OsString)]) -> Result<i32> {
 
 fn print_line(line: &str) -> Result<()> {
     writeln!(std::io::stdout().lock(), "{line}").context(|| "writing to stdout".to_string())
-}
-
-/// `marsh mcp ...` runs the sibling `marsh-mcp` with the same arguments.
-fn exec_marsh_mcp(args: &[OsString]) -> Result<i32> {
-    let program = daemon_link::sibling("marsh-mcp")?;
-    let err = std::process::Command::new(&program).args(args).exec();
-    Err(Error::io(format!("executing {}", program.display()), err))
 }

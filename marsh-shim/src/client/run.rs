@@ -1,14 +1,17 @@
-//! `marsh [--load SEL] -c CMD`: run one command in the project shell, with the job
-//! writing straight into this process's stdout and stderr.
+//! `marsh [--load SEL] -c CMD` and `marsh kit run NAME ARGS...`: run one command in
+//! the project shell, or one registered kit in a fresh kit container, with the job
+//! reading this process's stdin and writing straight into its stdout and stderr.
 //!
 //! Cancellation: SIGINT, SIGTERM and SIGHUP are blocked and taken synchronously by a
 //! dedicated thread, which asks the daemon to cancel and then, once the job is known
 //! to be over (or after a grace period), exits with 128+signal.
 
 use std::ffi::OsString;
-use std::os::fd::AsFd;
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsFd, FromRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
@@ -20,9 +23,10 @@ use crate::backend;
 use crate::error::{Context, Error, Result};
 use crate::home::Home;
 use crate::inject::{self, Verb};
-use crate::kits::Selection;
-use crate::proto::{self, Bytes, EnvVar, Op, PROTO_VERSION, Reply, Request};
+use crate::kits::{self, Selection};
+use crate::proto::{self, Bytes, EnvVar, KitFailure, Op, PROTO_VERSION, Reply, Request};
 use crate::sandbox::CALLER_VARS;
+use crate::util::log;
 
 /// After a cancel, how long to wait for the daemon to confirm the job is over.
 const CANCEL_GRACE: Duration = Duration::from_secs(5);
@@ -35,15 +39,9 @@ pub fn run(
     load: Option<&Selection>,
 ) -> Result<i32> {
     inject::check(home, Verb::Run)?;
-    let workspace =
-        std::fs::canonicalize(cwd).context(|| format!("resolving {}", cwd.display()))?;
-    // A backend that cannot run a job is reported before a daemon is tried, and a daemon
-    // that cannot start is the backend failing too: both exit 126 (spawn blocked).
-    let user_home = env.iter().find(|(k, _)| k == "HOME").map(|(_, v)| v);
-    backend::assess(home, user_home, Some(&workspace))?;
-    let boot = || daemon_link::ensure_daemon(home, &workspace, env).map_err(Error::into_backend);
+    let workspace = ready_backend(home, cwd, env)?;
     if let Some(selection) = load {
-        boot()?;
+        boot(home, &workspace, env)?;
         inject::check(home, Verb::Load)?;
         let op = Op::Load {
             selection: selection.to_text(),
@@ -51,20 +49,139 @@ pub fn run(
         let link = daemon_link::send(home, op, &[])?.ok_or_else(daemon_vanished)?;
         link.reply()?;
     }
-
-    let signals = cancel_signals();
-    signals
-        .thread_block()
-        .context(|| "blocking cancellation signals".to_string())?;
     let op = || Op::Run {
         command: Bytes(command.as_bytes().to_vec()),
         cwd: Bytes(workspace.as_os_str().as_bytes().to_vec()),
         env: caller_env(env),
     };
-    let (stdout, stderr) = (std::io::stdout(), std::io::stderr());
-    let stdio = [stdout.as_fd(), stderr.as_fd()];
-    // The fast path: a running daemon takes the run directly (no separate ping). Only
-    // when none answers is one booted, and the run sent again.
+    let attached = attached(home, &workspace, env, &op)?;
+    if let Some(sig) = attached.cancelled {
+        return Ok(128 + sig);
+    }
+    match attached.reply? {
+        Reply::Finished {
+            exit_code, signal, ..
+        } => Ok(status_code(exit_code, signal)),
+        other => Err(Error::Protocol(format!("unexpected reply {other:?}"))),
+    }
+}
+
+/// `marsh kit run`: the kit's own status; with a receipt sink, the receipt id and a
+/// newline are written to it once the receipt exists (nothing otherwise), and it is
+/// closed.
+pub fn kit_run(
+    home: &Home,
+    cwd: &Path,
+    env: &[(OsString, OsString)],
+    kit: &str,
+    args: &[OsString],
+    receipt_sink: Option<File>,
+) -> Result<i32> {
+    inject::check(home, Verb::KitRun)?;
+    if !kits::valid_name(kit) || !home.exists() {
+        return Err(Error::failed(format!("unknown kit {kit}")));
+    }
+    kits::load(home, kit)?;
+    let workspace = ready_backend(home, cwd, env)?;
+    let op = || Op::KitRun {
+        kit: kit.to_string(),
+        args: args.iter().map(|a| Bytes(a.as_bytes().to_vec())).collect(),
+        cwd: Bytes(workspace.as_os_str().as_bytes().to_vec()),
+        env: caller_env(env),
+    };
+    let attached = attached(home, &workspace, env, &op)?;
+    let reply = match (attached.reply, attached.cancelled) {
+        (Ok(reply), _) => reply,
+        (Err(_), Some(sig)) => return Ok(128 + sig),
+        (Err(e), None) => return Err(e),
+    };
+    let Reply::KitFinished {
+        receipt_id,
+        exit_code,
+        signal,
+        failure,
+    } = reply
+    else {
+        return match attached.cancelled {
+            Some(sig) => Ok(128 + sig),
+            None => Err(Error::Protocol(format!("unexpected reply {reply:?}"))),
+        };
+    };
+    if let (Some(id), Some(mut sink)) = (receipt_id, receipt_sink)
+        && let Err(e) = sink.write_all(format!("{id}\n").as_bytes())
+    {
+        // The caller's channel is broken; the kit's status still stands.
+        log!("marsh: writing the receipt id to its descriptor: {e}");
+    }
+    if let Some(sig) = attached.cancelled {
+        return Ok(128 + sig);
+    }
+    if let Some(KitFailure { code, message }) = failure {
+        log!("marsh: {message}");
+        return Ok(code);
+    }
+    Ok(status_code(exit_code, signal))
+}
+
+/// Takes the inherited descriptor `fd` as the receipt sink of `marsh kit run`.
+#[allow(unsafe_code)]
+pub fn adopt_receipt_fd(fd: RawFd) -> Result<File> {
+    // SAFETY: F_GETFL only reads the flags of whatever `fd` names, if anything.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(Error::Usage(format!(
+            "--receipt-fd {fd} is not an open descriptor"
+        )));
+    }
+    if flags & libc::O_ACCMODE == libc::O_RDONLY {
+        return Err(Error::Usage(format!(
+            "--receipt-fd {fd} is not open for writing"
+        )));
+    }
+    // SAFETY: `fd` is open (checked above) and was inherited: `marsh` has opened no
+    // descriptor of its own that it keeps by the time it parses its arguments, so
+    // nothing else in this process owns this number.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Checks the backend (a backend that cannot run a job is reported before a daemon
+/// is tried) and returns the canonical workspace.
+fn ready_backend(home: &Home, cwd: &Path, env: &[(OsString, OsString)]) -> Result<PathBuf> {
+    let workspace =
+        std::fs::canonicalize(cwd).context(|| format!("resolving {}", cwd.display()))?;
+    let user_home = env.iter().find(|(k, _)| k == "HOME").map(|(_, v)| v);
+    backend::assess(home, user_home, Some(&workspace))?;
+    Ok(workspace)
+}
+
+/// A daemon that cannot start is the backend failing: exit 126 (spawn blocked).
+fn boot(home: &Home, workspace: &Path, env: &[(OsString, OsString)]) -> Result<()> {
+    daemon_link::ensure_daemon(home, workspace, env).map_err(Error::into_backend)
+}
+
+/// The reply to an attached op, and the cancellation signal taken meanwhile.
+struct Attached {
+    cancelled: Option<i32>,
+    reply: Result<Reply>,
+}
+
+/// Sends `op` with this process's stdin, stdout and stderr attached, booting a daemon
+/// when none answers, and waits for the reply while cancellation signals are turned
+/// into a cancel.
+fn attached(
+    home: &Home,
+    workspace: &Path,
+    env: &[(OsString, OsString)],
+    op: &dyn Fn() -> Op,
+) -> Result<Attached> {
+    let signals = cancel_signals();
+    signals
+        .thread_block()
+        .context(|| "blocking cancellation signals".to_string())?;
+    let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+    let stdio = [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()];
+    // The fast path: a running daemon takes the op directly (no separate ping). Only
+    // when none answers is one booted, and the op sent again.
     let link = match daemon_link::send(home, op(), &stdio)? {
         Some(link) => link,
         None => {
@@ -73,7 +190,7 @@ pub fn run(
             signals
                 .thread_unblock()
                 .context(|| "unblocking signals for the boot".to_string())?;
-            boot()?;
+            boot(home, workspace, env)?;
             signals
                 .thread_block()
                 .context(|| "blocking cancellation signals".to_string())?;
@@ -89,21 +206,20 @@ pub fn run(
             .spawn(move || on_signal(&signals, &link, &cancelled))
             .context(|| "starting the signal thread".to_string())?;
     }
-
     let reply = link.reply();
     let sig = cancelled.load(Ordering::SeqCst);
-    if sig != 0 {
-        return Ok(128 + sig);
-    }
-    match reply? {
-        Reply::Finished {
-            exit_code, signal, ..
-        } => Ok(match (exit_code, signal) {
-            (Some(code), _) => code,
-            (None, Some(sig)) => 128 + sig,
-            (None, None) => 1,
-        }),
-        other => Err(Error::Protocol(format!("unexpected reply {other:?}"))),
+    Ok(Attached {
+        cancelled: (sig != 0).then_some(sig),
+        reply,
+    })
+}
+
+/// A job's status as an exit code: its code, or 128+N for death by signal N.
+fn status_code(exit_code: Option<i32>, signal: Option<i32>) -> i32 {
+    match (exit_code, signal) {
+        (Some(code), _) => code,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => 1,
     }
 }
 

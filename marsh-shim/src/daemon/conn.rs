@@ -1,6 +1,6 @@
 //! One client connection: authenticate (peer uid + token), then serve one request.
-//! A `Run` keeps the connection open for the job's lifetime: a `Cancel` record or the
-//! connection closing (the client died) cancels the job.
+//! A `Run` or `KitRun` keeps the connection open for the job's lifetime: a `Cancel`
+//! record or the connection closing (the client died) cancels the job.
 
 use std::ffi::OsString;
 use std::os::fd::{AsFd, OwnedFd};
@@ -10,11 +10,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
+use super::kit_jobs::{self, KitEnd, Launch, Sink};
 use super::shell::JobOutcome;
 use super::{Daemon, Shell};
 use crate::error::{Error, Result};
 use crate::kits;
-use crate::proto::{self, Bytes, EnvVar, Op, PROTO_VERSION, Reply, Request};
+use crate::proto::{self, Bytes, EnvVar, KitFailure, Op, PROTO_VERSION, Reply, Request};
 use crate::receipt::Receipt;
 use crate::sandbox;
 use crate::seqpacket::SeqPacket;
@@ -71,6 +72,14 @@ fn serve(daemon: &Arc<Daemon>, sock: &Arc<SeqPacket>) -> Result<Option<Reply>> {
         Op::Run { command, cwd, env } => {
             return run(daemon, sock, &command, &cwd, &env, fds).map(|()| None);
         }
+        Op::KitRun {
+            kit,
+            args,
+            cwd,
+            env,
+        } => {
+            return kit_run(daemon, sock, kit, args, &cwd, &env, fds).map(|()| None);
+        }
         Op::Cancel => return Err(Error::Protocol("cancel outside a running job".into())),
         Op::Load { selection } => Reply::Loaded {
             names: daemon.load(&selection)?,
@@ -116,19 +125,12 @@ fn run(
     env: &[EnvVar],
     fds: Vec<OwnedFd>,
 ) -> Result<()> {
-    let [stdout, stderr]: [OwnedFd; 2] = fds
+    let [stdin, stdout, stderr]: [OwnedFd; 3] = fds
         .try_into()
-        .map_err(|_| Error::Protocol("a run request must carry stdout and stderr".into()))?;
-    let client_cwd = PathBuf::from(OsString::from_vec(cwd.0.clone()));
-    if client_cwd != daemon.cfg.workspace {
-        return Err(Error::failed(format!(
-            "this home's daemon is bound to workspace {}; refusing a client in {}",
-            daemon.cfg.workspace.display(),
-            client_cwd.display()
-        )));
-    }
+        .map_err(|_| Error::Protocol("a run request must carry stdin, stdout and stderr".into()))?;
+    check_workspace(daemon, cwd)?;
     let (shell, job_guard) = daemon.acquire_shell_job()?;
-    let job_env = sandbox::job_env(env, &shell.kit_dir)
+    let job_env = sandbox::job_env(env, &shell.path_dirs())
         .into_iter()
         .map(|(name, value)| EnvVar {
             name: Bytes(name.into_vec()),
@@ -137,10 +139,10 @@ fn run(
         .collect();
     let kits = kits::registered(&daemon.cfg.home).unwrap_or_default();
     let started = util::now_ms();
-    let outcome = match shell.start_job(command, cwd, job_env, kits, stdout.as_fd(), stderr.as_fd())
-    {
+    let stdio = [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()];
+    let outcome = match shell.start_job(command, cwd, job_env, kits, stdio) {
         Ok((job, outcome)) => {
-            drop((stdout, stderr));
+            drop((stdin, stdout, stderr));
             await_outcome(sock, &shell, job, &outcome)
         }
         Err(e) => JobOutcome::SpawnFailed(e.to_string()),
@@ -153,6 +155,75 @@ fn run(
     Ok(())
 }
 
+/// The client must run in the daemon's workspace.
+fn check_workspace(daemon: &Daemon, cwd: &Bytes) -> Result<()> {
+    let client_cwd = PathBuf::from(OsString::from_vec(cwd.0.clone()));
+    if client_cwd != daemon.cfg.workspace {
+        return Err(Error::failed(format!(
+            "this home's daemon is bound to workspace {}; refusing a client in {}",
+            daemon.cfg.workspace.display(),
+            client_cwd.display()
+        )));
+    }
+    Ok(())
+}
+
+/// `marsh kit run`: the registered kit with exactly `args`, in a fresh kit container
+/// with the client's stdio, answered with its receipt and status.
+fn kit_run(
+    daemon: &Arc<Daemon>,
+    sock: &Arc<SeqPacket>,
+    kit: String,
+    args: Vec<Bytes>,
+    cwd: &Bytes,
+    env: &[EnvVar],
+    fds: Vec<OwnedFd>,
+) -> Result<()> {
+    let stdio: [OwnedFd; 3] = fds.try_into().map_err(|_| {
+        Error::Protocol("a kit run request must carry stdin, stdout and stderr".into())
+    })?;
+    check_workspace(daemon, cwd)?;
+    let definition = kits::load(&daemon.cfg.home, &kit)?;
+    let key = daemon.host_kit_key();
+    let (tx, rx) = mpsc::channel();
+    let launch = Launch {
+        key,
+        name: kit,
+        kit: definition,
+        args,
+        env: sandbox::kit_env(env, &[]),
+        stdio,
+        sink: Sink::Client(tx),
+    };
+    kit_jobs::launch_job(daemon, launch).map_err(|(_, message)| Error::failed(message))?;
+    let cancel = {
+        let daemon = Arc::clone(daemon);
+        move || daemon.kit_job_cancel(key)
+    };
+    let end = await_end(sock, cancel, &rx).unwrap_or(KitEnd {
+        receipt_id: None,
+        status: Err(KitFailure {
+            code: 1,
+            message: "the kit job vanished without an outcome".into(),
+        }),
+    });
+    let (exit_code, signal, failure) = match end.status {
+        Ok((exit_code, signal)) => (exit_code, signal, None),
+        Err(failure) => (None, None, Some(failure)),
+    };
+    send_reply(
+        sock,
+        &Reply::KitFinished {
+            receipt_id: end.receipt_id,
+            exit_code,
+            signal,
+            failure,
+        },
+    );
+    sock.shutdown();
+    Ok(())
+}
+
 /// Waits for the job's outcome while watching the client: a cancel record, end of
 /// stream (the client died) or anything else on the connection cancels the job.
 fn await_outcome(
@@ -161,24 +232,44 @@ fn await_outcome(
     job: u64,
     outcome: &mpsc::Receiver<JobOutcome>,
 ) -> JobOutcome {
+    let shell = Arc::clone(shell);
+    await_end(sock, move || shell.cancel(job), outcome).unwrap_or(JobOutcome::ShellLost)
+}
+
+/// Receives the one end of a job, calling `cancel` once if the client sends anything
+/// or goes away first. `None` when the job's sender vanished.
+fn await_end<T>(
+    sock: &Arc<SeqPacket>,
+    cancel: impl FnOnce() + Send + 'static,
+    outcome: &mpsc::Receiver<T>,
+) -> Option<T> {
     let done = Arc::new(AtomicBool::new(false));
+    let cancel = Arc::new(std::sync::Mutex::new(Some(cancel)));
+    let fire = {
+        let cancel = Arc::clone(&cancel);
+        move || {
+            if let Some(cancel) = util::lock(&cancel).take() {
+                cancel();
+            }
+        }
+    };
     let watcher = {
-        let (sock, shell, done) = (Arc::clone(sock), Arc::clone(shell), Arc::clone(&done));
+        let (sock, done, fire) = (Arc::clone(sock), Arc::clone(&done), fire.clone());
         std::thread::Builder::new()
             .name("run-watch".into())
             .spawn(move || {
                 let _ = sock.set_recv_timeout(None);
                 let _ = sock.recv();
                 if !done.load(Ordering::SeqCst) {
-                    shell.cancel(job);
+                    fire();
                 }
             })
     };
     if watcher.is_err() {
         // Without a watcher a vanished client could not cancel: fail closed.
-        shell.cancel(job);
+        fire();
     }
-    let result = outcome.recv().unwrap_or(JobOutcome::ShellLost);
+    let result = outcome.recv().ok();
     done.store(true, Ordering::SeqCst);
     if let Ok(watcher) = watcher {
         // Wake the watcher (its recv sees end of stream); the reply can still be sent.

@@ -1,20 +1,68 @@
-//! Kit jobs: each invocation of a registered kit runs the kit's command plus the
-//! caller's arguments in a fresh sandbox (the "fresh job container") with the caller's
-//! stdio, on the kit's worker, and leaves a receipt.
+//! Kit jobs: each invocation of a registered kit (a kit wrapper in the project shell,
+//! or a host `marsh kit run`) runs the kit's command plus the caller's arguments in a
+//! fresh sandbox (the "fresh job container") with the caller's stdio, on the kit's
+//! worker, and leaves a receipt. A host run is keyed under shell id
+//! [`super::HOST_KITS`], so a shell's exit never cancels it.
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, mpsc};
 
 use super::{Daemon, Shell};
 use crate::kits::{self, Kit};
-use crate::proto::{Bytes, EnvVar, ToAgent};
+use crate::proto::{Bytes, EnvVar, KitFailure, ToAgent};
 use crate::receipt::Receipt;
 use crate::sandbox::{self, Isolation, Layout, Role};
 use crate::util::{self, log};
+
+/// How a kit job ended: its receipt (once durable) and its status, or why it has none
+/// (the exit code to report and a message).
+#[derive(Debug)]
+pub(super) struct KitEnd {
+    pub receipt_id: Option<String>,
+    pub status: Result<(Option<i32>, Option<i32>), KitFailure>,
+}
+
+/// Where a kit job's end is delivered.
+pub(super) enum Sink {
+    /// A kit wrapper in the project shell, through its agent.
+    Agent { shell: Arc<Shell>, req: u64 },
+    /// A host `marsh kit run`, through its connection thread.
+    Client(mpsc::Sender<KitEnd>),
+}
+
+impl Sink {
+    fn deliver(self, end: KitEnd) {
+        match self {
+            Sink::Agent { shell, req } => shell.send(&match end.status {
+                Ok((exit_code, signal)) => ToAgent::KitDone {
+                    req,
+                    exit_code,
+                    signal,
+                },
+                Err(KitFailure { code, message }) => ToAgent::KitFailed { req, code, message },
+            }),
+            Sink::Client(tx) => {
+                let _ = tx.send(end);
+            }
+        }
+    }
+}
+
+/// One kit job to run: which kit, with what, for whom.
+pub(super) struct Launch {
+    pub key: (u64, u64),
+    pub name: String,
+    pub kit: Kit,
+    pub args: Vec<Bytes>,
+    /// The kit's complete environment.
+    pub env: Vec<(OsString, OsString)>,
+    pub stdio: [OwnedFd; 3],
+    pub sink: Sink,
+}
 
 /// Validates a kit request from `shell`'s agent and runs it on its own thread (which
 /// also owns the container: `--die-with-parent` follows the spawning thread).
@@ -35,44 +83,71 @@ pub(super) fn start(
         Ok(kit) => kit,
         Err(e) => return fail(127, e.to_string()),
     };
-    let key = (shell.id, req);
-    if let Err(e) = daemon.kit_job_begin(key, &kit_name) {
-        return fail(1, e.to_string());
+    let launch = Launch {
+        key: (shell.id, req),
+        name: kit_name,
+        kit,
+        args,
+        env: sandbox::kit_env(&env, &shell.path_dirs()),
+        stdio,
+        sink: Sink::Agent {
+            shell: Arc::clone(shell),
+            req,
+        },
+    };
+    if let Err((code, message)) = launch_job(daemon, launch) {
+        fail(code, message);
     }
+}
+
+/// Registers the job (its worker becomes warm) and runs it on its own thread; the end
+/// goes to the launch's sink. On `Err` nothing ran and the sink was not used.
+pub(super) fn launch_job(daemon: &Arc<Daemon>, launch: Launch) -> Result<(), (i32, String)> {
+    let key = launch.key;
+    daemon
+        .kit_job_begin(key, &launch.name)
+        .map_err(|e| (1, e.to_string()))?;
+    let Launch {
+        name,
+        kit,
+        args,
+        env,
+        stdio,
+        sink,
+        ..
+    } = launch;
     let job = KitJob {
         daemon: Arc::clone(daemon),
-        shell: Arc::clone(shell),
-        req,
-        name: kit_name,
+        key,
+        name,
         kit,
         args,
         env,
     };
     let spawned = std::thread::Builder::new()
         .name(format!("kit-{}", job.name))
-        .spawn(move || job.run(stdio));
+        .spawn(move || {
+            let end = job.run(stdio);
+            sink.deliver(end);
+        });
     if let Err(e) = spawned {
         daemon.kit_job_end(key);
-        fail(1, format!("starting the kit thread: {e}"));
+        return Err((1, format!("starting the kit thread: {e}")));
     }
+    Ok(())
 }
 
 struct KitJob {
     daemon: Arc<Daemon>,
-    shell: Arc<Shell>,
-    req: u64,
+    key: (u64, u64),
     name: String,
     kit: Kit,
     args: Vec<Bytes>,
-    env: Vec<EnvVar>,
+    env: Vec<(OsString, OsString)>,
 }
 
 impl KitJob {
-    fn key(&self) -> (u64, u64) {
-        (self.shell.id, self.req)
-    }
-
-    fn run(self, stdio: [OwnedFd; 3]) {
+    fn run(self, stdio: [OwnedFd; 3]) -> KitEnd {
         let started = util::now_ms();
         let argv: Vec<OsString> = self
             .kit
@@ -104,25 +179,28 @@ impl KitJob {
             workspace: self.daemon.cfg.workspace.to_string_lossy().into_owned(),
         };
         let written = receipt.write(&self.daemon.cfg.home.results_dir());
-        self.daemon.kit_job_end(self.key());
-        let reply = match (outcome, written) {
-            (Err(message), _) => ToAgent::KitFailed {
-                req: self.req,
-                code: 126,
-                message,
+        self.daemon.kit_job_end(self.key);
+        match (outcome, written) {
+            (Err(message), Ok(())) => KitEnd {
+                receipt_id: Some(receipt.id),
+                status: Err(KitFailure { code: 126, message }),
             },
-            (Ok(_), Err(e)) => ToAgent::KitFailed {
-                req: self.req,
-                code: 1,
-                message: format!("the kit finished but its receipt could not be written: {e}"),
+            (Err(message), Err(_)) => KitEnd {
+                receipt_id: None,
+                status: Err(KitFailure { code: 126, message }),
             },
-            (Ok((exit_code, signal)), Ok(())) => ToAgent::KitDone {
-                req: self.req,
-                exit_code,
-                signal,
+            (Ok(_), Err(e)) => KitEnd {
+                receipt_id: None,
+                status: Err(KitFailure {
+                    code: 1,
+                    message: format!("the kit finished but its receipt could not be written: {e}"),
+                }),
             },
-        };
-        self.shell.send(&reply);
+            (Ok(status), Ok(())) => KitEnd {
+                receipt_id: Some(receipt.id),
+                status: Ok(status),
+            },
+        }
     }
 
     /// Runs the container to completion: `(exit_code, signal)`, or why it never ran.
@@ -132,11 +210,11 @@ impl KitJob {
         stdio: [OwnedFd; 3],
     ) -> Result<(Option<i32>, Option<i32>), String> {
         let cfg = &self.daemon.cfg;
-        let env = sandbox::kit_env(&self.env, &self.shell.kit_dir);
+        let env = &self.env;
         // The seccomp descriptor (bwrap only) must outlive the spawn.
         let (mut cmd, _seccomp) = match &cfg.isolation {
             Isolation::Bwrap(bwrap) => {
-                let home = sandbox::env_home(&env);
+                let home = sandbox::env_home(env);
                 let layout = Layout {
                     role: Role::Kit,
                     workspace: &cfg.workspace,
@@ -145,7 +223,7 @@ impl KitJob {
                     ro_files: Vec::new(),
                 };
                 let (cmd, seccomp) =
-                    sandbox::bwrap_command(bwrap, &cfg.confinement, &layout, &env, argv)
+                    sandbox::bwrap_command(bwrap, &cfg.confinement, &layout, env, argv)
                         .map_err(|e| e.to_string())?;
                 (cmd, Some(seccomp))
             }
@@ -154,7 +232,7 @@ impl KitJob {
                 let mut cmd = Command::new(program);
                 cmd.args(rest)
                     .env_clear()
-                    .envs(env)
+                    .envs(env.iter().map(|(k, v)| (k, v)))
                     .current_dir(&cfg.workspace);
                 sandbox::prepare_unconfined(&mut cmd, &cfg.confinement);
                 (cmd, None)
@@ -170,12 +248,12 @@ impl KitJob {
         drop(cmd);
         let mut child = spawned.map_err(|e| format!("starting kit {}: {e}", self.name))?;
         let pid = util::child_pid(&child);
-        if !self.daemon.kit_job_started(self.key(), pid) {
+        if !self.daemon.kit_job_started(self.key, pid) {
             util::kill_container(pid);
         }
         util::wait_exit_unreaped(pid);
         // The leader is an unreaped zombie: its group id is still ours to signal.
-        self.daemon.kit_job_exited(self.key());
+        self.daemon.kit_job_exited(self.key);
         util::kill_group(pid);
         match child.wait() {
             Ok(status) => Ok((status.code(), status.signal())),

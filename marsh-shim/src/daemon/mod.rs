@@ -11,6 +11,7 @@
 
 mod conn;
 mod kit_jobs;
+mod publish;
 mod shell;
 mod state;
 
@@ -18,7 +19,7 @@ use std::fs::{self, File};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -29,6 +30,7 @@ use crate::config::BackendConfig;
 use crate::error::{Context, Error, Result};
 use crate::home::Home;
 use crate::limits::Limits;
+use crate::publication::{Publisher, Settings};
 use crate::sandbox::{Confinement, Isolation};
 use crate::seqpacket::Listener;
 use crate::token;
@@ -65,6 +67,8 @@ pub(crate) struct Config {
     pub self_fd: OwnedFd,
     /// `HOME` of the booting client: a private tmpfs in the project shell.
     pub job_home: Option<PathBuf>,
+    /// The control home, sbx and programs of publication transactions.
+    pub publication: Settings,
     pub pid: u32,
 }
 
@@ -73,7 +77,13 @@ pub(crate) struct Daemon {
     state: Mutex<State>,
     changed: Condvar,
     next_shell: AtomicU64,
+    /// Request ids of host kit runs (`marsh kit run`), keyed under shell id 0 (shell
+    /// ids start at 1, so these never meet an agent's requests).
+    next_host_kit: AtomicU64,
 }
+
+/// The shell id under which host kit runs are registered.
+pub(super) const HOST_KITS: u64 = 0;
 
 /// Runs the daemon for `home`, bound to `workspace`, until it stops.
 pub(crate) fn serve(home: &Path, workspace: &Path) -> Result<()> {
@@ -119,6 +129,7 @@ pub(crate) fn serve(home: &Path, workspace: &Path) -> Result<()> {
         state: Mutex::new(State::new()),
         changed: Condvar::new(),
         next_shell: AtomicU64::new(1),
+        next_host_kit: AtomicU64::new(1),
     });
     if let Err(e) = daemon.boot_shell() {
         daemon.cfg.confinement.limits.release();
@@ -207,11 +218,30 @@ fn configure(home: Home, workspace: &Path) -> Result<Config> {
         self_exe,
         self_fd,
         job_home: user_home.map(PathBuf::from),
+        publication: Settings::for_daemon(),
         pid: std::process::id(),
     })
 }
 
 impl Daemon {
+    /// The publisher of this daemon's project shell.
+    pub(crate) fn publisher(&self) -> Publisher {
+        Publisher {
+            settings: self.cfg.publication.clone(),
+            workspace: self.cfg.workspace.clone(),
+            home: self.cfg.home.root().to_path_buf(),
+            may_publish: true,
+        }
+    }
+
+    /// A fresh key for a host kit run.
+    pub(super) fn host_kit_key(&self) -> (u64, u64) {
+        (
+            HOST_KITS,
+            self.next_host_kit.fetch_add(1, Ordering::Relaxed),
+        )
+    }
+
     fn accept_loop(self: &Arc<Self>, listener: &Listener) {
         loop {
             let conn = match listener.accept() {

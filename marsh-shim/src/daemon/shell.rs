@@ -14,11 +14,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use super::{Config, Daemon, kit_jobs};
+use super::{Config, Daemon, kit_jobs, publish};
 use crate::error::{Context, Error, Result};
 use crate::proto::{self, Bytes, EnvVar, FromAgent, ToAgent};
 use crate::sandbox::{
-    self, Isolation, Layout, Role, SANDBOX_AGENT, SANDBOX_KIT_DIR, SANDBOX_KIT_SOCKET,
+    self, Isolation, Layout, Role, SANDBOX_AGENT, SANDBOX_BIN_DIR, SANDBOX_KIT_DIR,
+    SANDBOX_KIT_SOCKET,
 };
 use crate::seqpacket::SeqPacket;
 use crate::util::{self, lock, log};
@@ -45,8 +46,10 @@ pub(crate) enum JobOutcome {
 pub(crate) struct Shell {
     pub id: u64,
     chan: SeqPacket,
-    /// The kit wrapper directory as jobs see it (first on their PATH).
+    /// The kit wrapper directory as jobs see it (on their PATH, after `bin_dir`).
     pub kit_dir: PathBuf,
+    /// The shell's own commands (`mcp`) as jobs see them (first on their PATH).
+    pub bin_dir: PathBuf,
     /// Jobs awaiting their outcome. Once `alive` is false (set under this lock) no
     /// entry is added, and every remaining one is failed with `ShellLost`.
     pending: Mutex<HashMap<u64, mpsc::Sender<JobOutcome>>>,
@@ -72,6 +75,12 @@ impl Shell {
             .map_err(Error::into_backend)
     }
 
+    /// The directories put ahead of the caller's PATH in a job's environment (and
+    /// removed from it for a kit's), in order.
+    pub(crate) fn path_dirs(&self) -> [&std::path::Path; 2] {
+        [&self.bin_dir, &self.kit_dir]
+    }
+
     pub(crate) fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
     }
@@ -83,8 +92,7 @@ impl Shell {
         cwd: &Bytes,
         env: Vec<EnvVar>,
         kits: Vec<String>,
-        stdout: BorrowedFd<'_>,
-        stderr: BorrowedFd<'_>,
+        stdio: [BorrowedFd<'_>; 3],
     ) -> Result<(u64, mpsc::Receiver<JobOutcome>)> {
         let job = self.next_job.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel();
@@ -102,7 +110,7 @@ impl Shell {
             env,
             kits,
         };
-        if let Err(e) = proto::send(&self.chan, &msg, &[stdout, stderr]) {
+        if let Err(e) = proto::send(&self.chan, &msg, &stdio) {
             lock(&self.pending).remove(&job);
             return Err(Error::failed(format!(
                 "handing the job to the project shell: {e}"
@@ -151,7 +159,7 @@ impl Shell {
 /// The supervisor: spawn, await ready, relay agent messages until the channel
 /// closes, then reap. Sends exactly one boot result on `boot`.
 fn supervise(daemon: &Arc<Daemon>, id: u64, boot: &mpsc::Sender<Result<Arc<Shell>>>) {
-    let (mut child, chan, kit_dir) = match spawn_agent(&daemon.cfg) {
+    let (mut child, chan, AgentDirs { kit_dir, bin_dir }) = match spawn_agent(&daemon.cfg) {
         Ok(spawned) => spawned,
         Err(e) => {
             let _ = boot.send(Err(e));
@@ -163,6 +171,7 @@ fn supervise(daemon: &Arc<Daemon>, id: u64, boot: &mpsc::Sender<Result<Arc<Shell
         id,
         chan,
         kit_dir,
+        bin_dir,
         pending: Mutex::new(HashMap::new()),
         alive: AtomicBool::new(true),
         next_job: AtomicU64::new(1),
@@ -263,14 +272,21 @@ fn relay(daemon: &Arc<Daemon>, shell: &Arc<Shell>) {
                 env,
             } => kit_jobs::start(daemon, shell, req, kit, args, env, fds),
             FromAgent::KitCancel { req } => daemon.kit_job_cancel((shell.id, req)),
+            FromAgent::Publication { req, request } => publish::start(daemon, shell, req, request),
         }
     }
 }
 
+/// The agent's directories as jobs see them.
+struct AgentDirs {
+    kit_dir: PathBuf,
+    bin_dir: PathBuf,
+}
+
 /// Spawns the agent (inside bubblewrap unless unconfined) with the channel on its
 /// fd 0, its stderr piped into the daemon log. Returns the child, the daemon's end of
-/// the channel and the kit wrapper directory as jobs see it.
-fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, PathBuf)> {
+/// the channel and the agent's directories as jobs see them.
+fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, AgentDirs)> {
     // The agent is this daemon's own inode, bound or executed by descriptor. Once the
     // installed file was replaced that inode is unlinked, and bubblewrap cannot bind
     // an unlinked file: say so rather than let the sandbox fail obscurely. (What is
@@ -287,7 +303,7 @@ fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, PathBuf)> {
     // `agent::take_channel` for why.
     let (bootstrap, agent_bootstrap) = SeqPacket::pair()?;
     let agent_env = [(OsString::from("PATH"), OsString::from("/usr/bin:/bin"))];
-    let (mut cmd, kit_dir, seccomp) = match &cfg.isolation {
+    let (mut cmd, dirs, seccomp) = match &cfg.isolation {
         Isolation::Bwrap(bwrap) => {
             let layout = Layout {
                 role: Role::Shell,
@@ -303,6 +319,8 @@ fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, PathBuf)> {
                 SANDBOX_KIT_SOCKET,
                 "--kit-dir",
                 SANDBOX_KIT_DIR,
+                "--bin-dir",
+                SANDBOX_BIN_DIR,
                 "--self",
                 SANDBOX_AGENT,
                 "--contain",
@@ -315,28 +333,37 @@ fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, PathBuf)> {
             }
             let (cmd, seccomp) =
                 sandbox::bwrap_command(bwrap, &cfg.confinement, &layout, &agent_env, &argv)?;
-            (cmd, PathBuf::from(SANDBOX_KIT_DIR), Some(seccomp))
+            let dirs = AgentDirs {
+                kit_dir: PathBuf::from(SANDBOX_KIT_DIR),
+                bin_dir: PathBuf::from(SANDBOX_BIN_DIR),
+            };
+            (cmd, dirs, Some(seccomp))
         }
         Isolation::Unconfined => {
             let dir = cfg.home.unconfined_agent_dir();
             // A previous shell's scratch is stale; it lives in our own daemon/ dir.
             let _ = std::fs::remove_dir_all(&dir);
             util::ensure_private_dir(&dir)?;
-            let kit_dir = dir.join("kits");
+            let dirs = AgentDirs {
+                kit_dir: dir.join("kits"),
+                bin_dir: dir.join("bin"),
+            };
             let mut cmd = Command::new(format!("/proc/self/fd/{}", cfg.self_fd.as_raw_fd()));
             cmd.arg0(&cfg.self_exe);
             cmd.arg("agent")
                 .arg("--kit-socket")
                 .arg(dir.join("kit.sock"))
                 .arg("--kit-dir")
-                .arg(&kit_dir)
+                .arg(&dirs.kit_dir)
+                .arg("--bin-dir")
+                .arg(&dirs.bin_dir)
                 .arg("--self")
                 .arg(&cfg.self_exe)
                 .env_clear()
                 .envs(agent_env.iter().cloned())
                 .current_dir(&cfg.workspace);
             sandbox::prepare_unconfined(&mut cmd, &cfg.confinement);
-            (cmd, kit_dir, None)
+            (cmd, dirs, None)
         }
     };
     cmd.process_group(0)
@@ -371,5 +398,5 @@ fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, PathBuf)> {
                 }
             });
     }
-    Ok((child, ours, kit_dir))
+    Ok((child, ours, dirs))
 }

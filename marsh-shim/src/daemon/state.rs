@@ -51,6 +51,8 @@ pub(super) struct State {
     kit_jobs: HashMap<(u64, u64), KitJob>,
     workers: BTreeMap<String, Worker>,
     connections: usize,
+    /// Publication transactions in progress (the daemon does not idle out under one).
+    publications: usize,
     last_activity: Instant,
 }
 
@@ -64,6 +66,7 @@ impl State {
             kit_jobs: HashMap::new(),
             workers: BTreeMap::new(),
             connections: 0,
+            publications: 0,
             last_activity: Instant::now(),
         }
     }
@@ -94,7 +97,31 @@ impl Drop for ShellJobGuard<'_> {
     }
 }
 
+/// The one publication transaction in flight, while it lives.
+pub(super) struct PublicationGuard(Arc<Daemon>);
+
+impl Drop for PublicationGuard {
+    fn drop(&mut self) {
+        let mut st = lock(&self.0.state);
+        st.publications = st.publications.saturating_sub(1);
+        st.last_activity = Instant::now();
+    }
+}
+
 impl Daemon {
+    /// Registers a publication transaction until the guard drops; `None` while one is
+    /// in flight. One at a time per daemon: a job cannot pile up host threads and sbx
+    /// runs by asking again and again (it gets `busy` at once instead).
+    pub(super) fn try_publication_guard(self: &Arc<Self>) -> Option<PublicationGuard> {
+        let mut st = lock(&self.state);
+        if st.publications > 0 {
+            return None;
+        }
+        st.publications += 1;
+        st.last_activity = Instant::now();
+        Some(PublicationGuard(Arc::clone(self)))
+    }
+
     /// Boots the project shell at daemon start.
     pub(super) fn boot_shell(self: &Arc<Self>) -> Result<()> {
         self.shell_for(false).map(|_| ())
@@ -407,6 +434,7 @@ impl Daemon {
         let mut st = lock(&self.state);
         let idle = st.connections == 0
             && st.active_jobs() == 0
+            && st.publications == 0
             && !st.resetting
             && !matches!(st.shell, ShellSlot::Booting)
             && st.last_activity.elapsed() >= self.cfg.idle;

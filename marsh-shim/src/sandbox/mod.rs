@@ -35,12 +35,14 @@ use crate::proto::EnvVar;
 pub use hidden::{Hidden, unreadable_under};
 pub use spawn::{JOB_UMASK, SeccompFd};
 
-/// Where the agent binary, its kit socket and the kit wrappers live inside the shell
-/// (read-only inside every job's container).
+/// Where the agent binary, its socket, the kit wrappers and the shell's own commands
+/// (`mcp`) live inside the shell (read-only inside every job's container; absent from
+/// kit containers, whose `/run` is a fresh tmpfs).
 pub const SANDBOX_AGENT_DIR: &str = "/run/marsh";
 pub const SANDBOX_AGENT: &str = "/run/marsh/agent";
 pub const SANDBOX_KIT_SOCKET: &str = "/run/marsh/kit.sock";
 pub const SANDBOX_KIT_DIR: &str = "/run/marsh/kits";
+pub const SANDBOX_BIN_DIR: &str = "/run/marsh/bin";
 
 /// Host directories bound read-only (or recreated as symlinks) when present.
 const SYSTEM_PATHS: [&str; 8] = [
@@ -312,23 +314,27 @@ pub fn home_is_mountable(home: &Path) -> bool {
         && !RESERVED_PREFIXES.iter().any(|p| home.starts_with(p))
 }
 
-/// The fixed job environment: `PATH` (with `kit_dir` first, so registered kits are on
-/// it), `HOME`, `USER`, `LOGNAME` from the caller, `LANG=C.UTF-8`, `TERM=dumb`.
-pub fn job_env(caller: &[EnvVar], kit_dir: &Path) -> Vec<(OsString, OsString)> {
+/// The fixed job environment: `PATH` (with `dirs` first, in order: the shell's own
+/// commands, then the kit wrappers), `HOME`, `USER`, `LOGNAME` from the caller,
+/// `LANG=C.UTF-8`, `TERM=dumb`.
+pub fn job_env(caller: &[EnvVar], dirs: &[&Path]) -> Vec<(OsString, OsString)> {
     let path = caller_value(caller, "PATH").unwrap_or_else(|| DEFAULT_PATH.as_bytes().to_vec());
-    let mut full_path = kit_dir.as_os_str().as_bytes().to_vec();
-    full_path.push(b':');
+    let mut full_path = Vec::new();
+    for dir in dirs {
+        full_path.extend_from_slice(dir.as_os_str().as_bytes());
+        full_path.push(b':');
+    }
     full_path.extend_from_slice(&path);
     finish_env(caller, full_path)
 }
 
-/// The environment of a kit job: like [`job_env`] but without the kit directory,
-/// which does not exist in a kit's container.
-pub fn kit_env(caller: &[EnvVar], kit_dir: &Path) -> Vec<(OsString, OsString)> {
+/// The environment of a kit job: like [`job_env`] but with the shell's directories
+/// (`strip`) removed from `PATH`: they do not exist in a kit's container.
+pub fn kit_env(caller: &[EnvVar], strip: &[&Path]) -> Vec<(OsString, OsString)> {
     let path = caller_value(caller, "PATH").unwrap_or_else(|| DEFAULT_PATH.as_bytes().to_vec());
     let kept: Vec<&[u8]> = path
         .split(|b| *b == b':')
-        .filter(|entry| *entry != kit_dir.as_os_str().as_bytes())
+        .filter(|entry| !strip.iter().any(|dir| *entry == dir.as_os_str().as_bytes()))
         .collect();
     finish_env(caller, kept.join(&b':'))
 }
@@ -376,16 +382,19 @@ mod tests {
     #[test]
     fn job_env_is_fixed() {
         let caller = vec![var("PATH", "/a:/b"), var("HOME", "/h"), var("SECRET", "x")];
-        let env = job_env(&caller, Path::new("/run/marsh/kits"));
+        let env = job_env(
+            &caller,
+            &[Path::new("/run/marsh/bin"), Path::new("/run/marsh/kits")],
+        );
         let names: Vec<_> = env
             .iter()
             .map(|(k, _)| k.to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, ["PATH", "HOME", "LANG", "TERM"]);
-        assert_eq!(env[0].1, "/run/marsh/kits:/a:/b");
+        assert_eq!(env[0].1, "/run/marsh/bin:/run/marsh/kits:/a:/b");
         let kit = kit_env(
-            &[var("PATH", "/run/marsh/kits:/a")],
-            Path::new("/run/marsh/kits"),
+            &[var("PATH", "/run/marsh/bin:/run/marsh/kits:/a")],
+            &[Path::new("/run/marsh/bin"), Path::new("/run/marsh/kits")],
         );
         assert_eq!(kit[0].1, "/a");
     }

@@ -46,7 +46,9 @@ pub enum McpError {
     },
     #[error("MCP server \"{name}\" is not loaded into sandbox \"{sandbox}\"")]
     NotLoaded { name: String, sandbox: String },
-    #[error("cannot locate the state file: SBX_SHIM_STATE, XDG_STATE_HOME and HOME are unset")]
+    #[error(
+        "cannot locate the state file: SBX_SHIM_STATE is unset and the user has no passwd entry"
+    )]
     NoStateFile,
     #[error(transparent)]
     State(#[from] StateError),

@@ -17,8 +17,8 @@ use state::StateFile;
 /// Entry point of the `sbx` binary; returns the process exit code.
 pub fn main() -> i32 {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    let env = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-    let state = state_path(env("SBX_SHIM_STATE"), env("XDG_STATE_HOME"), env("HOME"));
+    let explicit = std::env::var_os("SBX_SHIM_STATE").filter(|v| !v.is_empty());
+    let state = state_path(explicit, || crate::home::passwd_home().ok());
     if let Some((verb, rest)) = args.split_first()
         && verb == "mcp"
     {
@@ -36,20 +36,17 @@ pub fn main() -> i32 {
     }
 }
 
-/// `${SBX_SHIM_STATE:-${XDG_STATE_HOME:-$HOME/.local/state}/sbx-shim/state.json}`.
+/// `$SBX_SHIM_STATE` when set, else `<passwd home>/.local/state/sbx-shim/state.json`:
+/// never `$HOME` or `$XDG_STATE_HOME`, which callers (marsh-mcp, the daemon, a
+/// terminal) set differently, so that every caller of one user finds one file.
 fn state_path(
     explicit: Option<OsString>,
-    xdg: Option<OsString>,
-    home: Option<OsString>,
+    passwd_home: impl FnOnce() -> Option<PathBuf>,
 ) -> Option<PathBuf> {
-    if let Some(path) = explicit {
-        return Some(PathBuf::from(path));
+    match explicit {
+        Some(path) => Some(PathBuf::from(path)),
+        None => passwd_home().map(|home| home.join(".local/state/sbx-shim/state.json")),
     }
-    let base = match xdg {
-        Some(xdg) => PathBuf::from(xdg),
-        None => PathBuf::from(home?).join(".local/state"),
-    };
-    Some(base.join("sbx-shim/state.json"))
 }
 
 fn dispatch(args: &[OsString], state: Option<PathBuf>) -> Result<String> {
@@ -66,8 +63,11 @@ fn dispatch(args: &[OsString], state: Option<PathBuf>) -> Result<String> {
             env!("CARGO_PKG_VERSION")
         )),
         ["ls", rest @ ..] if rest.iter().all(|w| *w == "--json") => {
-            let state = state
-                .ok_or_else(|| Error::failed("cannot locate the state file: HOME is not set"))?;
+            let state = state.ok_or_else(|| {
+                Error::failed(
+                    "cannot locate the state file: SBX_SHIM_STATE is unset and the user has no passwd entry",
+                )
+            })?;
             Ok(json!({ "sandboxes": sandboxes(&state)? }).to_string())
         }
         _ => Err(Error::Usage(
@@ -91,18 +91,16 @@ mod tests {
 
     #[test]
     fn state_path_precedence() {
+        let passwd = || Some(PathBuf::from("/pw"));
         assert_eq!(
-            state_path(Some("/s.json".into()), Some("/x".into()), Some("/h".into())),
+            state_path(Some("/s.json".into()), passwd),
             Some(PathBuf::from("/s.json"))
         );
         assert_eq!(
-            state_path(None, Some("/x".into()), Some("/h".into())),
-            Some(PathBuf::from("/x/sbx-shim/state.json"))
+            state_path(None, passwd),
+            Some(PathBuf::from("/pw/.local/state/sbx-shim/state.json"))
         );
-        assert_eq!(
-            state_path(None, None, Some("/h".into())),
-            Some(PathBuf::from("/h/.local/state/sbx-shim/state.json"))
-        );
+        assert_eq!(state_path(None, || None), None);
     }
 
     #[test]

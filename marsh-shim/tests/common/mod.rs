@@ -10,13 +10,48 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 pub const MARSH: &str = env!("CARGO_BIN_EXE_marsh");
+pub const MARSHD: &str = env!("CARGO_BIN_EXE_marshd");
+pub const SBX: &str = env!("CARGO_BIN_EXE_sbx");
 
 pub struct Env {
     pub dir: tempfile::TempDir,
     pub home: PathBuf,
     pub ws: PathBuf,
     pub user_home: PathBuf,
+    /// The `marsh` that [`Env::cmd`] runs.
+    pub marsh: PathBuf,
     extra_env: Vec<(String, String)>,
+}
+
+/// An installation directory of its own: links to (or copies of) the built `marsh`,
+/// `marshd` and `sbx`, and optionally a stand-in `marsh-mcp` script (publication
+/// registers the `marsh-mcp` beside `marsh`; the build directory's may not exist).
+pub struct Bin {
+    pub dir: tempfile::TempDir,
+}
+
+impl Bin {
+    pub fn new(with_marsh_mcp: bool) -> Self {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        for (name, built) in [("marsh", MARSH), ("marshd", MARSHD), ("sbx", SBX)] {
+            let target = dir.path().join(name);
+            if std::fs::hard_link(built, &target).is_err() {
+                std::fs::copy(built, &target).unwrap();
+            }
+        }
+        if with_marsh_mcp {
+            let script = dir.path().join("marsh-mcp");
+            std::fs::write(&script, "#!/bin/sh\necho stand-in marsh-mcp \"$@\"\n").unwrap();
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        Self { dir }
+    }
+
+    /// The canonical path of `name` in this directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().canonicalize().unwrap().join(name)
+    }
 }
 
 impl Env {
@@ -36,6 +71,7 @@ impl Env {
             home,
             ws,
             user_home,
+            marsh: PathBuf::from(MARSH),
             extra_env: Vec::new(),
         };
         // Safety net: a daemon a failed test leaves behind exits by itself.
@@ -56,8 +92,14 @@ impl Env {
 
     /// `marsh` with a cleared environment, cwd = the workspace.
     pub fn cmd(&self) -> Command {
-        let mut cmd = Command::new(MARSH);
-        cmd.env_clear()
+        self.cmd_with(&self.marsh, &[])
+    }
+
+    /// `program ARGS` with the environment and cwd `marsh` gets from [`Env::cmd`].
+    pub fn cmd_with(&self, program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", &self.user_home)
             .env("MARSH_HOME", &self.home)

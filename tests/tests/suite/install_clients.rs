@@ -67,7 +67,7 @@ fn server_name(sb: &Sandbox) -> String {
 
 /// One JSON-RPC exchange with `codex app-server` (no `jsonrpc` member in its dialect);
 /// server-initiated requests are refused so nothing blocks.
-fn app_request(server: &mut Server, method: &str, params: Value) -> Value {
+pub(crate) fn app_request(server: &mut Server, method: &str, params: Value) -> Value {
     let id = server.next_request_id();
     server.send(&json!({"id": id, "method": method, "params": params}));
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -86,6 +86,33 @@ fn app_request(server: &mut Server, method: &str, params: Value) -> Value {
             return msg;
         }
     }
+}
+
+/// `codex app-server` offline (no model provider reachable) from `cmd` (environment
+/// and cwd set), initialized, with one ephemeral thread in `cwd`: the session and the
+/// thread id.
+pub(crate) fn codex_app_thread(mut cmd: Command, cwd: &std::path::Path) -> (Server, String) {
+    cmd.args(["app-server", "--disable", "plugins", "-c"])
+        .arg(r#"model_providers.offline={name="offline",base_url="http://127.0.0.1:9/v1",wire_api="responses"}"#)
+        .args(["-c", "model_provider=offline", "-c", "model=offline"]);
+    let mut app = Server::spawn_group(cmd);
+    let init = app_request(
+        &mut app,
+        "initialize",
+        json!({"clientInfo": {"name": "marsh-tests", "title": null, "version": "0"}, "capabilities": null}),
+    );
+    assert!(init.get("result").is_some(), "{init}");
+    app.send(&json!({"method": "initialized"}));
+    let thread = app_request(
+        &mut app,
+        "thread/start",
+        json!({"ephemeral": true, "cwd": cwd}),
+    );
+    let thread_id = thread["result"]["thread"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{thread}"))
+        .to_string();
+    (app, thread_id)
 }
 
 #[test]
@@ -119,31 +146,12 @@ fn codex_install_is_verified_idempotent_refuses_foreign_entries_and_serves_all_t
 
     // codex app-server lists the server with all 22 tools and calls shell_run.
     let mut cmd = Command::new(npm_bin("codex"));
-    cmd.args(["app-server", "--disable", "plugins", "-c"])
-        .arg(r#"model_providers.offline={name="offline",base_url="http://127.0.0.1:9/v1",wire_api="responses"}"#)
-        .args(["-c", "model_provider=offline", "-c", "model=offline"])
-        .env_clear()
+    cmd.env_clear()
         .env("PATH", &c.path)
         .env("HOME", sb.state().join("user"))
         .env("CODEX_HOME", &c.codex_home)
         .current_dir(sb.workspace());
-    let mut app = Server::spawn_group(cmd);
-    let init = app_request(
-        &mut app,
-        "initialize",
-        json!({"clientInfo": {"name": "marsh-tests", "title": null, "version": "0"}, "capabilities": null}),
-    );
-    assert!(init.get("result").is_some(), "{init}");
-    app.send(&json!({"method": "initialized"}));
-    let thread = app_request(
-        &mut app,
-        "thread/start",
-        json!({"ephemeral": true, "cwd": sb.workspace()}),
-    );
-    let thread_id = thread["result"]["thread"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{thread}"))
-        .to_string();
+    let (mut app, thread_id) = codex_app_thread(cmd, &sb.workspace());
     let status = app_request(
         &mut app,
         "mcpServerStatus/list",

@@ -32,6 +32,7 @@ fn sbx(sb: &Sandbox, args: &[&str]) -> std::process::Output {
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", sb.state().join("user"))
         .env("XDG_RUNTIME_DIR", sb.runtime_base())
+        .env("SBX_SHIM_STATE", sb.sbx_state())
         .current_dir(sb.workspace())
         .output()
         .unwrap()
@@ -51,6 +52,7 @@ fn attach(sb: &Sandbox, name: &str, sandbox: &str) -> Server {
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", sb.state().join("user"))
         .env("XDG_RUNTIME_DIR", sb.runtime_base())
+        .env("SBX_SHIM_STATE", sb.sbx_state())
         .current_dir(sb.workspace());
     let mut server = Server::spawn(cmd);
     let init = server.initialize();
@@ -203,6 +205,7 @@ fn marsh_mcp_subcommand_of_the_stand_in_reaches_the_installer() {
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", sb.state().join("user"))
         .env("XDG_RUNTIME_DIR", sb.runtime_base())
+        .env("SBX_SHIM_STATE", sb.sbx_state())
         .env("MARSH_SBX", sb.prefix.bin("sbx"))
         .current_dir(sb.workspace())
         .output()

@@ -1,6 +1,7 @@
 //! One module per black-box suite (formerly one test binary each).
 
 mod broker;
+mod export;
 mod hardening;
 mod install_clients;
 mod install_sbx;
@@ -8,6 +9,8 @@ mod lifecycle;
 mod operations;
 mod pinning;
 mod protocol;
+mod publish;
+mod published_codex;
 mod python_client;
 mod sandbox;
 mod scopes;

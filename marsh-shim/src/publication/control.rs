@@ -1,0 +1,315 @@
+//! The stand-in's control directory: `<control>/mcp/published/` holds the declarations
+//! (`<NAME>.json`) and revocation markers (`<NAME>.revoking`); `<control>/mcp/
+//! publication.lock` is held (flock, exclusive) for each whole transaction.
+//!
+//! Invariants: the control directory lies outside the marsh home and the workspace and
+//! contains neither (compared on canonical paths, the missing tail of a path kept as
+//! written); every directory on the way is created 0700 when missing, and must be a
+//! real directory owned by the effective uid that no one else can write.
+
+use std::ffi::OsString;
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::TxError;
+use crate::util;
+
+/// How long a transaction waits for the lock before it is refused as busy.
+pub const LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+const LOCK_POLL: Duration = Duration::from_millis(10);
+
+/// An opened (created, checked) control directory.
+#[derive(Debug)]
+pub struct ControlDir {
+    /// Canonical `<control>/mcp/published`.
+    published: PathBuf,
+    /// Canonical `<control>/mcp/publication.lock`.
+    lock: PathBuf,
+}
+
+/// Creates (when missing) and checks the control directory at `base`, which must not
+/// overlap `home` or `workspace`.
+pub fn open(base: &Path, home: &Path, workspace: &Path) -> Result<ControlDir, TxError> {
+    let rejected = TxError::Rejected;
+    let control = canonical_prefix(base).map_err(rejected)?;
+    for (what, area) in [("marsh home", home), ("workspace", workspace)] {
+        let area = canonical_prefix(area).map_err(rejected)?;
+        if control.starts_with(&area) || area.starts_with(&control) {
+            return Err(TxError::Rejected(format!(
+                "the control directory {} overlaps the {what} {}; set MARSH_CONTROL_HOME to a directory outside both",
+                control.display(),
+                area.display()
+            )));
+        }
+    }
+    let published = control.join("mcp").join("published");
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&published)
+        .map_err(|e| TxError::Rejected(format!("cannot create {}: {e}", published.display())))?;
+    for dir in [control.as_path(), &control.join("mcp"), &published] {
+        check_private_dir(dir).map_err(rejected)?;
+    }
+    let mcp = fs::canonicalize(control.join("mcp"))
+        .map_err(|e| TxError::Rejected(format!("cannot resolve the control directory: {e}")))?;
+    Ok(ControlDir {
+        published: mcp.join("published"),
+        lock: mcp.join("publication.lock"),
+    })
+}
+
+impl ControlDir {
+    /// The declaration of tool `name` (a valid tool name: no `/`, not dots only).
+    pub fn declaration_path(&self, name: &str) -> PathBuf {
+        self.published.join(format!("{name}.json"))
+    }
+
+    pub fn published_dir(&self) -> &Path {
+        &self.published
+    }
+
+    /// How many declarations exist (every `*.json` of the published directory).
+    pub fn declaration_count(&self) -> Result<usize, String> {
+        let entries = fs::read_dir(&self.published)
+            .map_err(|e| format!("cannot list the published declarations: {e}"))?;
+        Ok(entries
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
+            .count())
+    }
+
+    fn marker_path(&self, name: &str) -> PathBuf {
+        self.published.join(format!("{name}.revoking"))
+    }
+
+    /// Takes the transaction lock (held until the file is dropped); busy after
+    /// [`LOCK_TIMEOUT`].
+    pub fn lock(&self) -> Result<File, TxError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&self.lock)
+            .map_err(|e| TxError::Rejected(format!("cannot open {}: {e}", self.lock.display())))?;
+        let deadline = Instant::now() + LOCK_TIMEOUT;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(file),
+                Err(fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(LOCK_POLL);
+                }
+                Err(fs::TryLockError::WouldBlock) => {
+                    return Err(TxError::Rejected(
+                        "busy: another publication transaction is running".into(),
+                    ));
+                }
+                Err(fs::TryLockError::Error(e)) => {
+                    return Err(TxError::Rejected(format!(
+                        "cannot lock {}: {e}",
+                        self.lock.display()
+                    )));
+                }
+            }
+        }
+    }
+
+    /// True while an unpublish of `name` is pending (its marker exists).
+    pub fn revocation_pending(&self, name: &str) -> Result<bool, TxError> {
+        let path = self.marker_path(name);
+        match fs::symlink_metadata(&path) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(TxError::Rejected(format!(
+                "cannot inspect {}: {e}",
+                path.display()
+            ))),
+        }
+    }
+
+    /// Writes the revocation marker durably. Nothing changed when creating it fails
+    /// (rejected); a failure once it exists is uncertain.
+    pub fn mark_revocation(&self, name: &str) -> Result<(), TxError> {
+        let path = self.marker_path(name);
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| TxError::Rejected(format!("cannot create {}: {e}", path.display())))?;
+        file.sync_all()
+            .and_then(|()| sync_dir(&self.published))
+            .map_err(|e| TxError::Uncertain(format!("syncing {}: {e}", path.display())))
+    }
+
+    /// Removes the revocation marker (absent is fine) durably.
+    pub fn clear_revocation(&self, name: &str) -> Result<(), String> {
+        remove_durably(&self.marker_path(name), &self.published)
+    }
+
+    /// Removes the declaration (absent is fine) durably.
+    pub fn remove_declaration(&self, name: &str) -> Result<(), String> {
+        remove_durably(&self.declaration_path(name), &self.published)
+    }
+}
+
+fn remove_durably(path: &Path, dir: &Path) -> Result<(), String> {
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot remove {}: {e}", path.display())),
+    }
+    sync_dir(dir).map_err(|e| format!("syncing {}: {e}", dir.display()))
+}
+
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// A real directory owned by the effective uid, not writable by group or others.
+fn check_private_dir(dir: &Path) -> Result<(), String> {
+    let meta =
+        fs::symlink_metadata(dir).map_err(|e| format!("cannot inspect {}: {e}", dir.display()))?;
+    if !meta.file_type().is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    if meta.uid() != util::euid() {
+        return Err(format!(
+            "{} is owned by uid {}, not by this user",
+            dir.display(),
+            meta.uid()
+        ));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is writable by group or others (mode {:o})",
+            dir.display(),
+            meta.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// `path` with its longest existing ancestor canonicalized and the missing rest kept
+/// as written. `path` must be absolute and free of `.`/`..` components.
+pub fn canonical_prefix(path: &Path) -> Result<PathBuf, String> {
+    if !path.is_absolute()
+        || path
+            .components()
+            .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
+    {
+        return Err(format!("{} is not a normal absolute path", path.display()));
+    }
+    let mut existing = path.to_path_buf();
+    let mut missing: Vec<OsString> = Vec::new();
+    loop {
+        match fs::canonicalize(&existing) {
+            Ok(mut found) => {
+                found.extend(missing.iter().rev());
+                return Ok(found);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                match (existing.file_name(), existing.parent()) {
+                    (Some(name), Some(parent)) => {
+                        missing.push(name.to_os_string());
+                        existing = parent.to_path_buf();
+                    }
+                    _ => return Err(format!("cannot resolve {}", path.display())),
+                }
+            }
+            Err(e) => return Err(format!("cannot resolve {}: {e}", existing.display())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn canonical_prefix_keeps_the_missing_tail() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().canonicalize().unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+        assert_eq!(
+            canonical_prefix(&dir.path().join("link/a/b")).unwrap(),
+            real.join("a/b")
+        );
+        assert!(canonical_prefix(Path::new("rel")).is_err());
+        assert!(canonical_prefix(&dir.path().join("a/../b")).is_err());
+    }
+
+    #[test]
+    fn open_creates_private_dirs_and_refuses_overlaps() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (home, ws) = (dir.path().join("home"), dir.path().join("ws"));
+        fs::create_dir(&ws).unwrap();
+        let control = dir.path().join("ctl");
+        let opened = open(&control, &home, &ws).unwrap();
+        for d in [
+            &control,
+            &control.join("mcp"),
+            &control.join("mcp/published"),
+        ] {
+            assert_eq!(fs::metadata(d).unwrap().mode() & 0o777, 0o700, "{d:?}");
+        }
+        assert!(
+            opened
+                .declaration_path("x")
+                .ends_with("mcp/published/x.json")
+        );
+        for (base, h, w) in [
+            (home.join("ctl"), &home, &ws),
+            (ws.join("ctl"), &home, &ws),
+            (dir.path().to_path_buf(), &home, &ws),
+        ] {
+            assert!(
+                matches!(open(&base, h, w), Err(TxError::Rejected(_))),
+                "{base:?}"
+            );
+        }
+        fs::set_permissions(&control, fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(matches!(
+            open(&control, &home, &ws),
+            Err(TxError::Rejected(_))
+        ));
+    }
+
+    #[test]
+    fn markers_and_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        fs::create_dir(&ws).unwrap();
+        let opened = open(&dir.path().join("ctl"), &dir.path().join("h"), &ws).unwrap();
+        assert!(!opened.revocation_pending("t").unwrap());
+        opened.mark_revocation("t").unwrap();
+        assert!(opened.revocation_pending("t").unwrap());
+        let mode = fs::metadata(opened.published_dir().join("t.revoking"))
+            .unwrap()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        opened.clear_revocation("t").unwrap();
+        opened.clear_revocation("t").unwrap();
+        assert!(!opened.revocation_pending("t").unwrap());
+        let held = opened.lock().unwrap();
+        let started = Instant::now();
+        match opened.lock() {
+            Err(TxError::Rejected(reason)) => {
+                assert_eq!(reason, "busy: another publication transaction is running")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(started.elapsed() >= LOCK_TIMEOUT);
+        drop(held);
+        opened.lock().unwrap();
+    }
+}
