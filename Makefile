@@ -2,14 +2,18 @@
 CARGO     ?= cargo
 PREFIX    ?= $(HOME)/.marsh-dev
 DEMO_DIR  ?= /tmp/marsh-mcp-demo-$(shell id -u)
+BENCH_DIR ?= /tmp/marsh-mcp-bench-peers-$(shell id -u)
 PY_VENV   := target/py-venv
+# The peer `make bench-peers` measures against (unsandboxed, Python), in its own venv.
+PEERS_VENV := target/peers-venv
+PEER_PY   := mcp-yieldshell==1.1.2
 MCP_PY    := mcp==2.3.0
 BINS      := marsh-mcp marsh marshd sbx
 NPM_DIR   := target/npm-clients
 # The real clients the installer tests drive (offline, no login).
 NPM_PKGS  := @openai/codex@0.171.0 @anthropic-ai/claude-code@2.1.332
 
-.PHONY: all build build-debug install dev test lint unit demo bench py-client npm-clients clean
+.PHONY: all build build-debug install dev test lint unit demo bench bench-peers py-client npm-clients clean
 
 all: build
 
@@ -62,6 +66,19 @@ demo: build-debug py-client
 bench:
 	$(CARGO) build --release --workspace --bins
 	$(CARGO) bench -p marsh-tests --bench serve --bench broker
+
+$(PEERS_VENV)/bin/mcp-yieldshell:
+	python3 -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install --quiet --disable-pip-version-check '$(PEER_PY)'
+
+## bench-peers: marsh-mcp against mcp-yieldshell with the same clients (figures, not asserted)
+bench-peers: py-client $(PEERS_VENV)/bin/mcp-yieldshell
+	$(CARGO) build --release --workspace --bins
+	rm -rf $(BENCH_DIR)
+	install -d -m 0700 $(BENCH_DIR) $(BENCH_DIR)/work
+	install -d -m 0755 $(BENCH_DIR)/prefix $(BENCH_DIR)/prefix/bin
+	for b in $(BINS); do install -m 0755 target/release/$$b $(BENCH_DIR)/prefix/bin/$$b; done
+	$(PY_VENV)/bin/python tests/clients/bench_peers.py $(BENCH_DIR)/prefix/bin $(PEERS_VENV)/bin/mcp-yieldshell $(BENCH_DIR)/work
 
 clean:
 	$(CARGO) clean

@@ -49,6 +49,10 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum CliCommand {
     /// Serve MCP on stdin/stdout for one client.
+    ///
+    /// Without --home or --scope-root: legacy single-scope mode on $MARSH_HOME, else
+    /// ~/.marsh (`scope_start` refused, lifecycle state process-local). --sbx defaults
+    /// to $MARSH_SBX (absolute), else the first executable `sbx` on PATH.
     Serve(ServeArgs),
     /// Start (or reuse) the resident per-workspace broker.
     BrokerStart(ServeArgs),
@@ -56,6 +60,13 @@ pub enum CliCommand {
     BrokerStop(ServeArgs),
     /// Relay this process's stdio MCP client to the broker (a thin proxy).
     Connect(ServeArgs),
+    /// Run the `doctor` tool's checks once, for serve's arguments, and print them.
+    ///
+    /// Validates and opens exactly as `serve` would (creating a missing home or root
+    /// the same way), prints one line per check on stdout and exits 0 when healthy, 1
+    /// otherwise. A managed root leased by a running server or broker is left alone:
+    /// doctor says so and exits 1 (ask that server's `doctor` tool instead).
+    Doctor(ServeArgs),
     /// Register this workspace's server with a client (run from the workspace).
     Install { client: ClientArg },
     /// Remove this workspace's registration from a client, only if it is exactly ours.
@@ -120,7 +131,8 @@ pub struct ServeArgs {
     /// The workspace (default: the current directory). Canonicalized once.
     #[arg(long)]
     pub workspace: Option<PathBuf>,
-    /// Legacy single-scope mode on this exact home (owner-only).
+    /// Legacy single-scope mode on this exact home (owner-only). `serve` without
+    /// --home or --scope-root uses $MARSH_HOME, else ~/.marsh. Not for broker modes.
     #[arg(long, conflicts_with = "scope_root")]
     pub home: Option<PathBuf>,
     /// Managed multi-scope mode on this owner-only development root.
@@ -129,9 +141,10 @@ pub struct ServeArgs {
     /// The installed marsh (default: `marsh` beside this executable); needs sibling `marshd`.
     #[arg(long)]
     pub marsh: Option<PathBuf>,
-    /// The sbx executable to pin and hand to marsh as MARSH_SBX.
+    /// The sbx executable to pin and hand to marsh as MARSH_SBX (default: $MARSH_SBX,
+    /// which must be absolute, else the first executable `sbx` on PATH).
     #[arg(long)]
-    pub sbx: PathBuf,
+    pub sbx: Option<PathBuf>,
     /// Enable `qualify`, which runs repository make recipes as the host user.
     #[arg(long)]
     pub allow_full_sbx_control: bool,
@@ -153,13 +166,16 @@ impl ServeArgs {
             declaration,
             expected_generation: self.expected_generation.clone(),
             marsh: self.marsh.clone(),
-            sbx: Some(self.sbx.clone()),
+            sbx: self.sbx.clone(),
             scope_root: self.scope_root.clone(),
             allow_full_sbx_control: self.allow_full_sbx_control,
         })
     }
 
-    /// The same arguments as a command line, for spawning the resident broker.
+    /// The same arguments as a command line, for spawning the resident broker. The
+    /// caller resolves relative paths and the default sbx first (see
+    /// `resident::control`), so the broker depends on neither its cwd nor its
+    /// environment.
     pub fn to_argv(&self) -> Vec<std::ffi::OsString> {
         let mut argv: Vec<std::ffi::OsString> = Vec::new();
         let mut push = |flag: &str, value: &std::path::Path| {
@@ -178,7 +194,9 @@ impl ServeArgs {
         if let Some(m) = &self.marsh {
             push("--marsh", m);
         }
-        push("--sbx", &self.sbx);
+        if let Some(s) = &self.sbx {
+            push("--sbx", s);
+        }
         if self.allow_full_sbx_control {
             argv.push("--allow-full-sbx-control".into());
         }

@@ -8,6 +8,7 @@ mod child_env;
 mod cli;
 mod client_runner;
 mod context;
+mod doctor_cli;
 mod entry;
 mod error;
 mod export;

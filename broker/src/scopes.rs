@@ -87,9 +87,21 @@ fn transition_failure(id: ScopeId, e: TransitionError) -> ToolError {
             ErrorKind::ScopeNotReady,
             format!("scope {id} is {from}; that lifecycle step is not allowed from this state"),
         ),
+        TransitionError::RecoverFirst { .. } => {
+            ToolError::new(ErrorKind::ScopeNotReady, format!("scope {id}: {e}"))
+        }
         TransitionError::Admission(a) => admission_failure(a),
     }
 }
+
+/// The operation name a stopped-scope receipt read records while it runs.
+pub const STOPPED_READ: &str = "stopped_read";
+
+/// What a default-scope alias answers while the default scope is stopped.
+pub const DEFAULT_STOPPED: &str = "the default scope is stopped (scope_stop default), so its aliases \
+(status, results_list, result_get, shell_run, prewarm, workers_reset) are disabled, across restarts too; \
+scope_status and scope_results_list/scope_result_get with scope_id default still inspect it, \
+and scope_reset default recreates and validates its project shell";
 
 fn admission_failure(e: AdmissionError) -> ToolError {
     let kind = match e {
@@ -186,6 +198,27 @@ impl ScopeSet {
                 }
             }
         }
+    }
+
+    /// The default scope for one of its aliases (`status`, `results_list`,
+    /// `result_get`, `shell_run`, `prewarm`, `workers_reset`). A stopped default scope
+    /// disables every alias (`scope_not_ready`) rather than answering or silently
+    /// booting its runtime; only `scope_status`, `scope_results_*` and `scope_reset`
+    /// with `scope_id: default` reach it then.
+    pub fn default_alias_view(&self) -> Result<ScopeView, ToolError> {
+        let view = self.view(ScopeId::Default)?;
+        // A receipt read of the stopped scope (`scope_results_*`) persists it as
+        // stopping until its exact stop; it is still the stopped scope.
+        let stopped_read = view.state() == ScopeState::Stopping
+            && view
+                .record
+                .as_ref()
+                .and_then(|r| r.last_operation.as_deref())
+                == Some(STOPPED_READ);
+        if view.state() == ScopeState::Stopped || stopped_read {
+            return Err(ToolError::new(ErrorKind::ScopeNotReady, DEFAULT_STOPPED));
+        }
+        Ok(view)
     }
 
     /// Every caller-visible scope, default first. Invalid keys stay hidden.

@@ -48,6 +48,14 @@ pub enum StartupError {
     },
     #[error(transparent)]
     Registry(Box<RegistryError>),
+    #[error(
+        "no sbx to pin: pass --sbx /path/to/sbx, or set MARSH_SBX to its absolute path (or put an executable `sbx` on PATH)"
+    )]
+    NoSbx,
+    #[error(
+        "MARSH_SBX={path} is not an absolute path: set it to the sbx executable's absolute path, or pass --sbx"
+    )]
+    RelativeMarshSbx { path: PathBuf },
     #[error(transparent)]
     Pin(#[from] PinError),
     #[error(transparent)]
@@ -271,13 +279,49 @@ pub fn validate(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Valida
             .map_err(StartupError::CurrentExe)?
             .with_file_name("marsh"),
     };
-    let driver = pin_driver(&marsh_path, &args.sbx, &forbidden, env, workspace.clone())?;
+    let sbx_path = sbx_path(args.sbx.as_deref(), env)?;
+    let driver = pin_driver(&marsh_path, &sbx_path, &forbidden, env, workspace.clone())?;
     Ok(Validated {
         workspace: ws,
         mode,
         driver,
         allow_full_sbx_control: args.allow_full_sbx_control,
     })
+}
+
+/// The sbx to pin for serve and the broker modes: `--sbx`, else `$MARSH_SBX` (which
+/// must then be absolute; an empty value counts as unset), else the first executable
+/// regular file named `sbx` in an absolute `PATH` directory. The result is pinned
+/// (canonicalized and checked) like an explicit `--sbx`. The one place this default is
+/// decided: the broker is spawned with the pinned result, never with the default.
+pub(crate) fn sbx_path(
+    explicit: Option<&Path>,
+    env: &[(OsString, OsString)],
+) -> Result<PathBuf, StartupError> {
+    if let Some(path) = explicit {
+        return Ok(path.to_owned());
+    }
+    let var = |name: &str| {
+        env.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .filter(|v| !v.is_empty())
+    };
+    if let Some(value) = var("MARSH_SBX") {
+        let path = PathBuf::from(value);
+        if !path.is_absolute() {
+            return Err(StartupError::RelativeMarshSbx { path });
+        }
+        return Ok(path);
+    }
+    let path_var = var("PATH").ok_or(StartupError::NoSbx)?;
+    std::env::split_paths(&path_var)
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join("sbx"))
+        .find(|candidate| {
+            std::fs::metadata(candidate).is_ok_and(|m| m.is_file() && m.mode() & 0o111 != 0)
+        })
+        .ok_or(StartupError::NoSbx)
 }
 
 /// Pins `marsh` (and the `marshd` beside it) and `sbx`, none of them under a
@@ -313,6 +357,54 @@ mod tests {
         assert!(resolve(&base.join("a/../../x")).is_err());
         assert!(overlaps(&base.join("a"), &base));
         assert!(!overlaps(&base.join("ab"), &base.join("a")));
+    }
+
+    #[test]
+    fn sbx_defaults_to_marsh_sbx_then_the_first_executable_on_path() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let (plain, exec) = (tmp.path().join("plain"), tmp.path().join("exec"));
+        for (dir, mode) in [(&plain, 0o644), (&exec, 0o755)] {
+            std::fs::create_dir(dir).unwrap();
+            std::fs::write(dir.join("sbx"), "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(dir.join("sbx"), std::fs::Permissions::from_mode(mode))
+                .unwrap();
+        }
+        let env = |pairs: &[(&str, &Path)]| -> Vec<(OsString, OsString)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (OsString::from(k), v.as_os_str().to_owned()))
+                .collect()
+        };
+        let path =
+            std::env::join_paths(["relative".as_ref(), plain.as_path(), exec.as_path()]).unwrap();
+        let path = PathBuf::from(path);
+        let explicit = Path::new("/x/sbx");
+        assert_eq!(
+            sbx_path(Some(explicit), &env(&[("MARSH_SBX", Path::new("/y"))])).unwrap(),
+            explicit
+        );
+        assert_eq!(
+            sbx_path(
+                None,
+                &env(&[("MARSH_SBX", Path::new("/y")), ("PATH", &path)])
+            )
+            .unwrap(),
+            Path::new("/y")
+        );
+        assert_eq!(
+            sbx_path(None, &env(&[("MARSH_SBX", Path::new("")), ("PATH", &path)])).unwrap(),
+            exec.join("sbx")
+        );
+        assert!(matches!(
+            sbx_path(None, &env(&[("MARSH_SBX", Path::new("bin/sbx"))])),
+            Err(StartupError::RelativeMarshSbx { .. })
+        ));
+        assert!(matches!(
+            sbx_path(None, &env(&[("PATH", &plain)])),
+            Err(StartupError::NoSbx)
+        ));
+        assert!(matches!(sbx_path(None, &[]), Err(StartupError::NoSbx)));
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod seccomp;
 mod seqpacket;
 mod token;
 mod util;
+mod workers;
 
 pub use client::main as marsh_main;
 pub use error::Error;

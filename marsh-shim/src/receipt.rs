@@ -14,6 +14,9 @@ pub const LIST_LIMIT: usize = 100;
 /// however many receipts accumulate.
 const MAX_SCAN: usize = 20_000;
 const MAX_RECEIPT_FILE: u64 = 256 * 1024;
+/// How soon after a receipt is written the daemon syncs the results directory, so the
+/// receipt also survives a power loss (it survives a process crash at once).
+pub const RESULTS_SYNC_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Receipt {
@@ -30,10 +33,12 @@ pub struct Receipt {
 }
 
 impl Receipt {
-    /// Publishes the receipt durably (temp file + fsync + rename + directory fsync).
+    /// Publishes the receipt whole or not at all, with one `fdatasync` (temp file +
+    /// fdatasync + rename, [`util::write_whole`]). The caller makes the directory
+    /// durable later (the daemon syncs it within [`RESULTS_SYNC_INTERVAL`]).
     pub fn write(&self, dir: &Path) -> Result<()> {
         let bytes = serde_json::to_vec(self).map_err(|e| Error::Protocol(e.to_string()))?;
-        util::write_durable(dir, &format!("{}.json", self.id), &bytes)
+        util::write_whole(dir, &format!("{}.json", self.id), &bytes)
     }
 }
 

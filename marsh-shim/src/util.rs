@@ -91,6 +91,40 @@ pub fn write_durable(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
     result.context(|| format!("writing {}", target.display()))
 }
 
+/// Writes `bytes` to `dir/name` so that, whatever crash interrupts it, a reader sees
+/// either no file or the complete one, with ONE synchronous flush: temp file (0600,
+/// exclusive create) + `fdatasync` + rename. The directory is not synced here: after a
+/// power loss the newest renames may be missing (never partial) until the caller's
+/// next directory sync ([`sync_dir`]). Receipts use it (the daemon syncs the results
+/// directory in the background); [`write_durable`] is for files that must survive a
+/// power loss the moment it returns.
+pub fn write_whole(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let tmp = dir.join(format!(".{name}.{}.tmp", random_hex(6)?));
+    let target = dir.join(name);
+    let result = (|| -> std::io::Result<()> {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        // The data reaches the disk before the name does: a rename that survives a
+        // crash never names a file with missing contents.
+        file.sync_data()?;
+        fs::rename(&tmp, &target)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result.context(|| format!("writing {}", target.display()))
+}
+
+/// Flushes a directory's entries (the renames [`write_whole`] left unsynced).
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
 /// Reads at most `limit` bytes of a regular file without following a final symlink.
 pub fn read_bounded(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
     let file = OpenOptions::new()

@@ -25,7 +25,9 @@ pub use binding::WorkspaceBinding;
 pub use error::RegistryError;
 pub use identity::DirIdentity;
 pub use lease::Lease;
-pub use naming::{sbx_client_root, scopes_base, server_name, workspace_hash};
+pub use naming::{
+    HostOs, sbx_client_root, scopes_base, scopes_base_for, server_name, workspace_hash,
+};
 pub use owner::{ensure_owner_only_dir, verify_owner_only_dir};
 pub use registry::{
     AdmissionError, DIAGNOSTIC_LIMIT, Event, IDENTITY_RECOVERY, MAX_LIVE_SCOPES,

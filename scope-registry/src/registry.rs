@@ -98,6 +98,12 @@ pub enum Event {
 pub enum TransitionError {
     #[error("a scope that is {from} cannot take {event:?}")]
     Refused { from: &'static str, event: Event },
+    /// A failed scope is recovered before it is stopped or removed: `scope_reset`
+    /// (boot, reset, validate) to ready, then `scope_stop` to stopped, then removal.
+    #[error(
+        "a failed scope cannot take {event:?}: recover it with scope_reset first, then scope_stop, before scope_remove"
+    )]
+    RecoverFirst { event: Event },
     /// Reviving a stopped scope would exceed the live-scope limit.
     #[error(transparent)]
     Admission(#[from] AdmissionError),
@@ -111,7 +117,9 @@ pub enum Next {
 }
 
 /// The scope state machine. `identity_invalid` records accept nothing but staying
-/// failed: they can be neither reset nor removed.
+/// failed: they can be neither reset nor removed. A failed record leaves failed only
+/// through a reset: it cannot be stopped (nor removed) until a reset has proven it
+/// ready, so its possibly running runtime is never just forgotten.
 pub fn transition(
     from: ScopeState,
     event: Event,
@@ -127,7 +135,10 @@ pub fn transition(
     }
     let next = match (from, event) {
         (S::Ready | S::Failed | S::Stopped, Event::BeginReset) => S::Resetting,
-        (S::Ready | S::Failed, Event::BeginStop) => S::Stopping,
+        (S::Ready, Event::BeginStop) => S::Stopping,
+        (S::Failed, Event::BeginStop | Event::BeginRemove) => {
+            return Err(TransitionError::RecoverFirst { event });
+        }
         (S::Stopped | S::Removing, Event::BeginRemove) => S::Removing,
         (S::Starting | S::Resetting, Event::Succeeded) => S::Ready,
         (S::Stopping, Event::Succeeded) => S::Stopped,
@@ -510,6 +521,67 @@ mod tests {
         assert_eq!(ScopeId::parse("../x"), None);
     }
 
+    #[test]
+    fn a_failed_scope_is_recovered_by_reset_then_stop_before_removal() {
+        use Event as E;
+        use ScopeState as S;
+        for event in [E::BeginStop, E::BeginRemove] {
+            assert_eq!(
+                transition(S::Failed, event, false),
+                Err(TransitionError::RecoverFirst { event })
+            );
+            let message = TransitionError::RecoverFirst { event }.to_string();
+            assert!(
+                message.contains("scope_reset first, then scope_stop"),
+                "{message}"
+            );
+        }
+        // Identity-invalid failed records stay refused as before: no recovery at all.
+        assert!(matches!(
+            transition(S::Failed, E::BeginStop, true),
+            Err(TransitionError::Refused { .. })
+        ));
+        // A failed reset leaves it failed; a successful one makes it ready, and only then
+        // can it be stopped and, once stopped, removed.
+        let mut reg = Registry::new(ident(1));
+        let id = Uuid::new_v4();
+        reg.insert_starting(id, ident(2), 0).unwrap();
+        let scope = ScopeId::Generated(id);
+        let step = |reg: &mut Registry, event| reg.apply(scope, event);
+        assert_eq!(step(&mut reg, E::Failed), Ok(Next::State(S::Failed)));
+        let before = reg.clone();
+        assert!(step(&mut reg, E::BeginStop).is_err());
+        assert!(step(&mut reg, E::BeginRemove).is_err());
+        assert_eq!(reg, before, "a refusal changes nothing");
+        for (event, next) in [
+            (E::BeginReset, Next::State(S::Resetting)),
+            (E::Failed, Next::State(S::Failed)),
+            (E::BeginReset, Next::State(S::Resetting)),
+            (E::Succeeded, Next::State(S::Ready)),
+            (E::BeginRemove, Next::State(S::Ready)),
+            (E::BeginStop, Next::State(S::Stopping)),
+            (E::Succeeded, Next::State(S::Stopped)),
+            (E::BeginRemove, Next::State(S::Removing)),
+            (E::Succeeded, Next::Deleted),
+        ] {
+            if event == E::BeginRemove && next == Next::State(S::Ready) {
+                // A ready scope is not removable either: it must be stopped first.
+                assert!(step(&mut reg, event).is_err());
+                continue;
+            }
+            assert_eq!(step(&mut reg, event), Ok(next), "{event:?}");
+        }
+        assert!(reg.scopes.is_empty());
+        // The default scope follows the same table (it is never removed).
+        reg.default.state = S::Failed;
+        assert_eq!(
+            reg.apply(ScopeId::Default, E::BeginStop),
+            Err(TransitionError::RecoverFirst {
+                event: E::BeginStop
+            })
+        );
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         Start,
@@ -547,6 +619,9 @@ mod tests {
             let mut reg = Registry::new(ident(1));
             let mut next_ino = 10;
             let mut corrupted: std::collections::HashSet<Uuid> = Default::default();
+            // Scopes that were failed and have not passed a reset to ready since: they
+            // may be neither stopped nor removed (reset, then stop, then removal).
+            let mut unrecovered: std::collections::HashSet<Uuid> = Default::default();
             for op in ops {
                 let before = reg.clone();
                 let is_restart = matches!(op, Op::Restart);
@@ -562,6 +637,21 @@ mod tests {
                         let Some(id) = reg.scopes.keys().nth(i % reg.scopes.len().max(1)).copied() else { continue };
                         let was = reg.scopes[&id].clone();
                         let result = reg.apply(ScopeId::Generated(id), event);
+                        if was.state == ScopeState::Failed
+                            && !was.identity_invalid
+                            && matches!(event, Event::BeginStop | Event::BeginRemove)
+                        {
+                            prop_assert_eq!(&result, &Err(TransitionError::RecoverFirst { event }));
+                        }
+                        if was.state == ScopeState::Resetting
+                            && reg.scopes.get(&id).map(|r| r.state) == Some(ScopeState::Ready)
+                        {
+                            unrecovered.remove(&id);
+                        }
+                        if result == Ok(Next::Deleted) {
+                            prop_assert!(!unrecovered.contains(&id), "an unrecovered failed scope was removed");
+                            unrecovered.remove(&id);
+                        }
                         if was.identity_invalid {
                             // Nothing moves an identity-invalid record out of failed.
                             prop_assert_eq!(reg.scopes.get(&id).map(|r| r.state), Some(ScopeState::Failed));
@@ -584,6 +674,18 @@ mod tests {
                 // a stopped scope whose home vanished becomes failed and stays charged.
                 prop_assert!(reg.live_generated() <= MAX_LIVE_SCOPES.max(before.live_generated()) || is_restart);
                 prop_assert!(reg.retained_generated() <= MAX_RETAINED_SCOPES);
+                for (id, r) in &reg.scopes {
+                    if r.state == ScopeState::Failed {
+                        unrecovered.insert(*id);
+                    }
+                    if unrecovered.contains(id) {
+                        // Out of failed only through a reset: never stopping, stopped or removing.
+                        prop_assert!(
+                            matches!(r.state, ScopeState::Failed | ScopeState::Resetting),
+                            "{:?} left failed without a successful reset", r.state
+                        );
+                    }
+                }
                 for r in reg.scopes.values().filter(|r| r.identity_invalid) {
                     prop_assert_eq!(r.state, ScopeState::Failed);
                 }

@@ -25,7 +25,7 @@ mod gate;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use marsh_scope_registry::{Event, ScopeId};
+use marsh_scope_registry::{Event, ScopeId, ScopeState};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::context::ServerContext;
@@ -107,7 +107,7 @@ impl Admission {
         match self {
             Self::Run | Self::Workers(_) => None,
             Self::Lifecycle(step) => Some((step.begin_event(), step.name())),
-            Self::StoppedRead => Some((Event::BeginStoppedRead, "stopped_read")),
+            Self::StoppedRead => Some((Event::BeginStoppedRead, crate::scopes::STOPPED_READ)),
         }
     }
 
@@ -149,6 +149,9 @@ pub(crate) struct Ticket {
     pub home: PathBuf,
     /// `default`, a scope UUID, or `host`.
     label: String,
+    /// The scope's persisted state as admission found it under the gate (`None` for a
+    /// new scope or host work): a lifecycle step's outcome may depend on it.
+    pub from: Option<ScopeState>,
     /// The scope whose transitional state this admission persisted, with the operation
     /// name: if the launch fails, that state is failed rather than left in flight.
     begun: Option<(ScopeId, &'static str)>,
@@ -169,6 +172,7 @@ impl Ticket {
         let Ticket {
             home,
             label,
+            from: _,
             begun,
             permit,
             hold,
@@ -222,6 +226,7 @@ impl ServerContext {
         }
         Ok(Ticket {
             label: id.to_string(),
+            from: Some(view.state()),
             begun: admission.begin().map(|(_, name)| (id, name)),
             home,
             permit,
@@ -243,6 +248,7 @@ impl ServerContext {
             .try_lifecycle(Lifecycle::Exclusive(ToolName::ScopeStart.as_str()))?;
         let ticket = Ticket {
             label: id.to_string(),
+            from: None,
             begun: Some((id, ToolName::ScopeStart.as_str())),
             home: view.home,
             permit: Some(permit),
@@ -257,6 +263,7 @@ impl ServerContext {
         let permit = self.cap.try_admit()?;
         Ok(Ticket {
             label: "host".into(),
+            from: None,
             begun: None,
             home: self.workspace.clone(),
             permit: Some(permit),

@@ -25,8 +25,11 @@ pub fn serve(
 ) -> anyhow::Result<()> {
     let ctx = Arc::new(startup::prepare(args, env)?);
     let outcome = runtime.block_on(async move {
-        let stdin = tokio::io::BufReader::with_capacity(64 * 1024, tokio::io::stdin());
-        run_handler(session::ExportSession::new(ctx), stdin, tokio::io::stdout()).await
+        let (stdin, stdout) = (
+            marsh_connect_proxy::client_stdin(),
+            marsh_connect_proxy::client_stdout(),
+        );
+        run_handler(session::ExportSession::new(ctx), stdin, stdout).await
     });
     runtime.shutdown_background();
     outcome.map_err(anyhow::Error::msg)

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::{Method, StatusCode};
-use marsh_connect_proxy::{BrokerClient, ClientError, RelayEnd, relay};
+use marsh_connect_proxy::{
+    BrokerClient, ClientError, RelayEnd, client_stdin, client_stdout, relay,
+};
 use marsh_scope_registry::RegistryError;
 
 use super::fingerprint::BrokerIdentity;
@@ -64,7 +66,19 @@ pub enum ControlError {
     Lost(String),
 }
 
-/// The root broker modes use: `--scope-root`, else the generated SBX root.
+/// `path` made absolute against this process's cwd (nothing resolved or created).
+fn absolute(path: &mut Option<PathBuf>, cwd: &Path) {
+    if let Some(p) = path.as_mut()
+        && p.is_relative()
+    {
+        *p = cwd.join(&*p);
+    }
+}
+
+/// The arguments broker modes use: every path absolute against this process's cwd
+/// (the spawned broker runs in the workspace, so a relative `--marsh ./bin/marsh` or
+/// `--scope-root r` would otherwise name something else there), the workspace
+/// canonical, and the root `--scope-root`, else the generated SBX root.
 fn with_root(
     args: &ServeArgs,
     env: &[(OsString, OsString)],
@@ -74,6 +88,10 @@ fn with_root(
     }
     let workspace = Workspace::resolve(args.workspace.as_deref())?;
     let mut args = args.clone();
+    let cwd = std::env::current_dir().map_err(StartupError::CurrentDir)?;
+    for path in [&mut args.scope_root, &mut args.marsh, &mut args.sbx] {
+        absolute(path, &cwd);
+    }
     if args.scope_root.is_none() {
         args.scope_root = Some(default_broker_root(env, &workspace)?);
     }
@@ -103,6 +121,20 @@ fn client_runtime_dir(root: &Path, env: &[(OsString, OsString)]) -> RuntimeDir {
     } else {
         preferred
     }
+}
+
+/// The pid of a live resident broker serving `root` (from its runtime directory's
+/// `broker.pid`), for messages that name who holds the root's lease.
+pub(crate) fn broker_pid_of_root(root: &Path, env: &[(OsString, OsString)]) -> Option<u64> {
+    let dir = client_runtime_dir(root, env);
+    dir.verify().ok()?;
+    let pid: i32 = std::fs::read_to_string(dir.pid())
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    (pid > 1 && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok())
+        .then_some(pid as u64)
 }
 
 fn canonical_root(args: &ServeArgs) -> PathBuf {
@@ -151,8 +183,17 @@ struct Configured {
 }
 
 fn configured(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<Configured, ControlError> {
-    let (args, _) = with_root(args, env)?;
+    let (mut args, _) = with_root(args, env)?;
     let validated = validate(&args, env)?;
+    // What was pinned, not the defaults it came from: a spawned broker then depends
+    // on neither its environment ($MARSH_SBX, PATH) nor its cwd.
+    for pin in validated.driver().pins() {
+        match pin.role() {
+            "marsh" => args.marsh = Some(pin.path().to_path_buf()),
+            "sbx" => args.sbx = Some(pin.path().to_path_buf()),
+            _ => {}
+        }
+    }
     let root = validated
         .root()
         .map(Path::to_path_buf)
@@ -291,8 +332,7 @@ pub async fn connect(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<(
     let session = BrokerClient::new(&dir.socket(), token)
         .open_session()
         .await?;
-    let stdin = tokio::io::BufReader::with_capacity(64 * 1024, tokio::io::stdin());
-    match relay(stdin, tokio::io::stdout(), session).await {
+    match relay(client_stdin(), client_stdout(), session).await {
         RelayEnd::Clean | RelayEnd::ClientGone => Ok(()),
         RelayEnd::Lost(why) => Err(ControlError::Lost(why)),
     }

@@ -8,4 +8,4 @@ mod http;
 mod runtime_dir;
 mod token;
 
-pub(crate) use control::{broker_run, broker_start, broker_stop, connect};
+pub(crate) use control::{broker_pid_of_root, broker_run, broker_start, broker_stop, connect};

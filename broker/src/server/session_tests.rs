@@ -55,7 +55,7 @@ fn fixture() -> Fixture {
         home: Some(home),
         scope_root: None,
         marsh: Some(bin.join("marsh")),
-        sbx: bin.join("sbx"),
+        sbx: Some(bin.join("sbx")),
         allow_full_sbx_control: false,
         declaration: None,
         expected_generation: None,

@@ -3,7 +3,7 @@
 //! not described, scoped and dispatched does not compile.
 
 mod args;
-mod doctor;
+pub(crate) mod doctor;
 mod envelope;
 mod operation_tools;
 mod qualify;
@@ -15,7 +15,6 @@ mod views;
 
 use std::sync::Arc;
 
-use marsh_scope_registry::ScopeId;
 use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
 use schemars::JsonSchema;
 use serde_json::{Map, Value};
@@ -80,7 +79,7 @@ fn describe(tool: ToolName) -> (&'static str, Arc<JsonObject>) {
             schema_of::<NoArgs>(),
         ),
         ToolName::ResultsList => (
-            "Newest durable result receipts of the default scope. Reading a stopped scope is an operation (read, then an exact stop): inline within wait_ms, else its operation id.",
+            "Newest durable result receipts of the default scope. Like every default-scope alias, refused while that scope is stopped (scope_results_list reads it then).",
             schema_of::<ResultsListArgs>(),
         ),
         ToolName::ResultGet => (
@@ -189,7 +188,7 @@ async fn dispatch(
     // arguments so the rest is parsed by the alias's own closed struct.
     let view = match tool.addressing() {
         Addressing::Unscoped => None,
-        Addressing::DefaultScope => Some(ctx.scopes.view(ScopeId::Default)?),
+        Addressing::DefaultScope => Some(ctx.scopes.default_alias_view()?),
         Addressing::ScopeArgument => Some(scoped::take_scope(&ctx.scopes, &mut arguments)?),
     };
     let call = Call {

@@ -25,8 +25,9 @@ const SCOPE_LIFECYCLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Turns a lifecycle plan's outcome into the registry transition and the verdict.
 /// A cancelled or failed step leaves the scope failed (inspectable, recoverable with
-/// scope_reset); marsh's busy refusal after a proven boot leaves it ready.
-fn lifecycle_finish(id: ScopeId, kind: OpKind) -> Finish {
+/// scope_reset); marsh's busy refusal after a proven boot leaves it ready — unless the
+/// scope was failed (`from`): only a reset that succeeds recovers a failed scope.
+fn lifecycle_finish(id: ScopeId, kind: OpKind, from: Option<ScopeState>) -> Finish {
     Box::new(
         move |ctx: &ServerContext, op: &Operation, outcome: &Outcome| {
             let name = kind.as_str();
@@ -46,10 +47,23 @@ fn lifecycle_finish(id: ScopeId, kind: OpKind) -> Finish {
             } else if matches!(outcome.failed, Some(Step::Marsh(Verb::Reset | Verb::Stop)))
                 && outcome.exit_code() == Some(EXIT_BUSY)
             {
-                (
-                    Event::RefusedBusy,
-                    Some(ToolError::new(ErrorKind::ScopeBusy, stderr_tail(op))),
-                )
+                let busy = stderr_tail(op);
+                if from == Some(ScopeState::Failed) {
+                    (
+                        Event::Failed,
+                        Some(ToolError::new(
+                            ErrorKind::ScopeBusy,
+                            format!(
+                                "{busy}; the scope stays failed: only a scope_reset that succeeds recovers it (retry once its work has ended)"
+                            ),
+                        )),
+                    )
+                } else {
+                    (
+                        Event::RefusedBusy,
+                        Some(ToolError::new(ErrorKind::ScopeBusy, busy)),
+                    )
+                }
             } else {
                 let base = default_verdict(op, outcome);
                 let error = base
@@ -91,7 +105,13 @@ async fn launch_lifecycle(
         timeout: SCOPE_LIFECYCLE_TIMEOUT,
         steps,
     };
-    let op = ticket.launch(ctx, call.session, plan, Some(lifecycle_finish(id, kind)))?;
+    let from = ticket.from;
+    let op = ticket.launch(
+        ctx,
+        call.session,
+        plan,
+        Some(lifecycle_finish(id, kind, from)),
+    )?;
     let mut data = report_fields(&op, wait, call.request).await;
     if let Ok(now) = ctx.scopes.view(id) {
         data.insert("scope".into(), now.describe());

@@ -217,7 +217,8 @@ fn stopped_read_finish(id: ScopeId, read: ReceiptRead) -> Finish {
             // The stop always ran, cancel or not; only its own result decides.
             let stopped = !outcome.finally_failed;
             let persisted = if stopped {
-                ctx.scopes.apply(id, Event::Succeeded, "stopped_read", None)
+                ctx.scopes
+                    .apply(id, Event::Succeeded, crate::scopes::STOPPED_READ, None)
             } else {
                 let why = format!(
                     "exact stop after a stopped-scope read was not proven: {}",
@@ -227,7 +228,7 @@ fn stopped_read_finish(id: ScopeId, read: ReceiptRead) -> Finish {
                         .map_or_else(|| crate::launch::stderr_tail(op), |e| e.message.clone())
                 );
                 ctx.scopes
-                    .apply(id, Event::Failed, "stopped_read", Some(&why))
+                    .apply(id, Event::Failed, crate::scopes::STOPPED_READ, Some(&why))
                     .and(Err(ToolError::new(ErrorKind::BackendFailed, why)))
             };
             let answer = match &outcome.read {

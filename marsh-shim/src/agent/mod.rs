@@ -34,6 +34,7 @@ use crate::error::{Context, Error, Result};
 use crate::proto::{self, Bytes, EnvVar, FromAgent, KitReply, PublicationAnswer, ToAgent};
 use crate::seqpacket::{Listener, SeqPacket};
 use crate::util::{self, lock};
+use crate::workers::Workers;
 
 /// Where the agent serves kits and what its wrappers execute.
 #[derive(Debug, Clone)]
@@ -88,6 +89,8 @@ pub(crate) struct Agent {
     wrappers: Mutex<Vec<String>>,
     /// Spare job containers (only when jobs are contained).
     containers: Option<container::Pool>,
+    /// Threads that run jobs, reused from one job to the next.
+    workers: Workers,
 }
 
 /// How a job ended, as reported to the daemon.
@@ -133,6 +136,7 @@ pub fn run(paths: AgentPaths) -> Result<()> {
         containers: paths
             .contain
             .then(|| container::Pool::new(paths.self_exe.clone())),
+        workers: Workers::new("job"),
         paths,
     });
     agent.write_commands()?;
@@ -271,11 +275,10 @@ impl Agent {
             },
         );
         let agent = Arc::clone(self);
-        // A thread per job: it starts the job (a container may need a thread of its
-        // own, see `container::Pool::take`) and waits for it.
-        let runner = std::thread::Builder::new()
-            .name(format!("job-{job}"))
-            .spawn(move || agent.run_job(request));
+        // A worker per running job (reused across jobs): it starts the job (a
+        // container may need a thread of its own, see `container::Pool::take`) and
+        // waits for it.
+        let runner = self.workers.run(move || agent.run_job(request));
         if let Err(e) = runner {
             lock(&self.jobs).remove(&job);
             self.report(FromAgent::SpawnFailed {

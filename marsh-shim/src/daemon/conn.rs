@@ -143,7 +143,7 @@ fn run(
     let outcome = match shell.start_job(command, cwd, job_env, kits, stdio) {
         Ok((job, outcome)) => {
             drop((stdin, stdout, stderr));
-            await_outcome(sock, &shell, job, &outcome)
+            await_outcome(daemon, sock, &shell, job, &outcome)
         }
         Err(e) => JobOutcome::SpawnFailed(e.to_string()),
     };
@@ -200,7 +200,7 @@ fn kit_run(
         let daemon = Arc::clone(daemon);
         move || daemon.kit_job_cancel(key)
     };
-    let end = await_end(sock, cancel, &rx).unwrap_or(KitEnd {
+    let end = await_end(daemon, sock, cancel, &rx).unwrap_or(KitEnd {
         receipt_id: None,
         status: Err(KitFailure {
             code: 1,
@@ -227,18 +227,20 @@ fn kit_run(
 /// Waits for the job's outcome while watching the client: a cancel record, end of
 /// stream (the client died) or anything else on the connection cancels the job.
 fn await_outcome(
+    daemon: &Daemon,
     sock: &Arc<SeqPacket>,
     shell: &Arc<Shell>,
     job: u64,
     outcome: &mpsc::Receiver<JobOutcome>,
 ) -> JobOutcome {
     let shell = Arc::clone(shell);
-    await_end(sock, move || shell.cancel(job), outcome).unwrap_or(JobOutcome::ShellLost)
+    await_end(daemon, sock, move || shell.cancel(job), outcome).unwrap_or(JobOutcome::ShellLost)
 }
 
 /// Receives the one end of a job, calling `cancel` once if the client sends anything
 /// or goes away first. `None` when the job's sender vanished.
 fn await_end<T>(
+    daemon: &Daemon,
     sock: &Arc<SeqPacket>,
     cancel: impl FnOnce() + Send + 'static,
     outcome: &mpsc::Receiver<T>,
@@ -253,17 +255,18 @@ fn await_end<T>(
             }
         }
     };
+    // The watcher runs on a pooled worker; `watched` says when it is done with `sock`.
+    let (watched_tx, watched) = mpsc::channel::<()>();
     let watcher = {
         let (sock, done, fire) = (Arc::clone(sock), Arc::clone(&done), fire.clone());
-        std::thread::Builder::new()
-            .name("run-watch".into())
-            .spawn(move || {
-                let _ = sock.set_recv_timeout(None);
-                let _ = sock.recv();
-                if !done.load(Ordering::SeqCst) {
-                    fire();
-                }
-            })
+        daemon.workers.run(move || {
+            let _ = sock.set_recv_timeout(None);
+            let _ = sock.recv();
+            if !done.load(Ordering::SeqCst) {
+                fire();
+            }
+            drop(watched_tx);
+        })
     };
     if watcher.is_err() {
         // Without a watcher a vanished client could not cancel: fail closed.
@@ -271,10 +274,10 @@ fn await_end<T>(
     }
     let result = outcome.recv().ok();
     done.store(true, Ordering::SeqCst);
-    if let Ok(watcher) = watcher {
+    if watcher.is_ok() {
         // Wake the watcher (its recv sees end of stream); the reply can still be sent.
         sock.shutdown_read();
-        let _ = watcher.join();
+        let _ = watched.recv();
     }
     result
 }
@@ -313,7 +316,7 @@ fn finish(daemon: &Daemon, command: &Bytes, started: u64, outcome: JobOutcome) -
         duration_ms: finished.saturating_sub(started),
         workspace: daemon.cfg.workspace.to_string_lossy().into_owned(),
     };
-    let written = receipt.write(&daemon.cfg.home.results_dir());
+    let written = daemon.write_receipt(&receipt);
     match (failure, written) {
         (Some(error), _) => Reply::from_error(&error),
         (None, Err(e)) => Reply::from_error(&Error::failed(format!(

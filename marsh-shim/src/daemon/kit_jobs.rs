@@ -178,7 +178,7 @@ impl KitJob {
             duration_ms: finished.saturating_sub(started),
             workspace: self.daemon.cfg.workspace.to_string_lossy().into_owned(),
         };
-        let written = receipt.write(&self.daemon.cfg.home.results_dir());
+        let written = self.daemon.write_receipt(&receipt);
         self.daemon.kit_job_end(self.key);
         match (outcome, written) {
             (Err(message), Ok(())) => KitEnd {

@@ -19,7 +19,7 @@ use std::fs::{self, File};
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -31,15 +31,19 @@ use crate::error::{Context, Error, Result};
 use crate::home::Home;
 use crate::limits::Limits;
 use crate::publication::{Publisher, Settings};
+use crate::receipt::{self, Receipt};
 use crate::sandbox::{Confinement, Isolation};
 use crate::seqpacket::Listener;
 use crate::token;
 use crate::util::{self, ensure_private_dir, log};
+use crate::workers::Workers;
 
 pub(crate) use shell::Shell;
 use state::State;
 
-const WATCH_INTERVAL: Duration = Duration::from_millis(500);
+/// The watchdog's period; it is also how long a new receipt may wait for the sync
+/// of the results directory.
+const WATCH_INTERVAL: Duration = receipt::RESULTS_SYNC_INTERVAL;
 const LOCK_ATTEMPTS: u32 = 50;
 
 /// Fixed at startup; never changes while the daemon lives.
@@ -80,6 +84,12 @@ pub(crate) struct Daemon {
     /// Request ids of host kit runs (`marsh kit run`), keyed under shell id 0 (shell
     /// ids start at 1, so these never meet an agent's requests).
     next_host_kit: AtomicU64,
+    /// A receipt was renamed into `results/` since the directory was last synced. Set
+    /// after every receipt; the watchdog syncs and clears it (at most
+    /// [`receipt::RESULTS_SYNC_INTERVAL`] later), and so does a shutdown.
+    results_unsynced: AtomicBool,
+    /// Threads for connections and their watchers, reused across `marsh` runs.
+    pub(crate) workers: Workers,
 }
 
 /// The shell id under which host kit runs are registered.
@@ -124,12 +134,17 @@ pub(crate) fn serve(home: &Path, workspace: &Path) -> Result<()> {
 
     let cfg = configure(home, workspace)?;
     ensure_private_dir(&cfg.home.results_dir())?;
+    // A daemon killed mid-write leaves at most a temp file (never a partial receipt);
+    // this daemon owns the home now, so no writer is still using one.
+    remove_stale_temp_files(&cfg.home.results_dir());
     let daemon = Arc::new(Daemon {
         cfg,
         state: Mutex::new(State::new()),
         changed: Condvar::new(),
         next_shell: AtomicU64::new(1),
         next_host_kit: AtomicU64::new(1),
+        results_unsynced: AtomicBool::new(false),
+        workers: Workers::new("conn"),
     });
     if let Err(e) = daemon.boot_shell() {
         daemon.cfg.confinement.limits.release();
@@ -256,12 +271,10 @@ impl Daemon {
                 continue;
             }
             let daemon = Arc::clone(self);
-            let spawned = std::thread::Builder::new()
-                .name("conn".into())
-                .spawn(move || {
-                    conn::handle(&daemon, conn);
-                    daemon.connection_closed();
-                });
+            let spawned = self.workers.run(move || {
+                conn::handle(&daemon, conn);
+                daemon.connection_closed();
+            });
             if let Err(e) = spawned {
                 log!("marshd: starting a connection thread: {e}");
                 self.connection_closed();
@@ -273,6 +286,7 @@ impl Daemon {
     fn watch(self: &Arc<Self>) {
         loop {
             std::thread::sleep(WATCH_INTERVAL);
+            self.sync_results();
             if !self.home_intact() {
                 self.shutdown("the home disappeared or was replaced");
             }
@@ -289,6 +303,24 @@ impl Daemon {
     }
 
     /// Stops everything and exits the process.
+    /// Writes a receipt whole (one `fdatasync`, [`Receipt::write`]) and leaves the
+    /// directory sync to the watchdog: the reply never waits for a second flush.
+    pub(crate) fn write_receipt(&self, receipt: &Receipt) -> Result<()> {
+        receipt.write(&self.cfg.home.results_dir())?;
+        self.results_unsynced.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Syncs the results directory if a receipt was added since the last sync.
+    fn sync_results(&self) {
+        if self.results_unsynced.swap(false, Ordering::AcqRel)
+            && let Err(e) = util::sync_dir(&self.cfg.home.results_dir())
+        {
+            log!("marshd: syncing the results directory: {e}");
+            self.results_unsynced.store(true, Ordering::Release);
+        }
+    }
+
     pub(crate) fn shutdown(self: &Arc<Self>, reason: &str) -> ! {
         log!("marshd: shutting down: {reason}");
         self.unlink_own("marshd.sock");
@@ -296,6 +328,7 @@ impl Daemon {
             shell.kill_and_wait();
         }
         self.kill_all_kit_jobs();
+        self.sync_results();
         self.cfg.confinement.limits.release();
         self.unlink_own("pid");
         std::process::exit(0)
@@ -309,5 +342,19 @@ impl Daemon {
             name,
             nix::unistd::UnlinkatFlags::NoRemoveDir,
         );
+    }
+}
+
+/// Removes the temp files (`.NAME.RANDOM.tmp`) a killed daemon may have left in `dir`.
+fn remove_stale_temp_files(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') && name.ends_with(".tmp") {
+            let _ = fs::remove_file(entry.path());
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! One module per black-box suite (formerly one test binary each).
 
 mod broker;
+mod ergonomics;
 mod export;
 mod hardening;
 mod install_clients;

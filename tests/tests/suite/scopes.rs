@@ -412,7 +412,8 @@ fn default_aliases_stay_disabled_across_restart_after_scope_stop_default() {
         "scope_not_ready"
     );
     assert_eq!(s.err_kind("prewarm", json!({})), "scope_not_ready");
-    let status = s.ok("status", json!({}));
+    assert_eq!(s.err_kind("status", json!({})), "scope_not_ready");
+    let status = s.ok("scope_status", json!({"scope_id": "default"}));
     assert_eq!(
         (status["state"].as_str(), status["runtime_state"].as_str()),
         (Some("stopped"), Some("absent"))
@@ -428,6 +429,180 @@ fn default_aliases_stay_disabled_across_restart_after_scope_stop_default() {
     assert_eq!(
         s.ok("shell_run", json!({"command": "echo revived"}))["stdout_text"],
         "revived\n"
+    );
+}
+
+/// Every default-scope alias with arguments it would otherwise accept.
+fn default_aliases(receipt: &str) -> [(&'static str, Value); 6] {
+    [
+        ("status", json!({})),
+        ("results_list", json!({})),
+        ("result_get", json!({"selector": receipt})),
+        ("shell_run", json!({"command": "echo should-not-run"})),
+        ("prewarm", json!({})),
+        ("workers_reset", json!({})),
+    ]
+}
+
+/// Calls every default-scope alias: each is `scope_not_ready` naming the recovery, and
+/// none reaches marsh (the stand-in's invocation log of the default home is unchanged).
+fn assert_aliases_disabled(sb: &Sandbox, s: &mut Server, default_home: &Path, receipt: &str) {
+    let before = sb.invocations(default_home).len();
+    for (alias, args) in default_aliases(receipt) {
+        let envelope = s.call(alias, args);
+        assert_eq!(envelope["ok"], false, "{alias}: {envelope}");
+        assert_eq!(
+            envelope["error"]["kind"], "scope_not_ready",
+            "{alias}: {envelope}"
+        );
+        assert_eq!(envelope["error"]["retryable"], false, "{alias}: {envelope}");
+        let message = envelope["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("scope_reset default"),
+            "{alias}: {message}"
+        );
+        assert!(message.contains("scope_status"), "{alias}: {message}");
+    }
+    assert_eq!(
+        sb.invocations(default_home).len(),
+        before,
+        "a disabled alias never runs marsh"
+    );
+}
+
+#[test]
+fn every_default_alias_is_refused_after_scope_stop_default_but_scope_tools_still_inspect_it() {
+    let sb = Sandbox::new();
+    let mut s = managed(&sb);
+    s.ok("shell_run", json!({"command": "echo kept-receipt"}));
+    let listed = s.ok("results_list", json!({}));
+    let receipt = listed["results"][0]["id"].as_str().unwrap()[..8].to_string();
+    assert_eq!(
+        s.ok("scope_stop", json!({"scope_id": "default"}))["state"],
+        "succeeded"
+    );
+    let default_home = sb.root().join("default");
+    assert_aliases_disabled(&sb, &mut s, &default_home, &receipt);
+    // The scope tools still inspect it: status without probing, receipts through the
+    // stopped-scope read (which stops it again).
+    let status = s.ok("scope_status", json!({"scope_id": "default"}));
+    assert_eq!(
+        (status["state"].as_str(), status["runtime_state"].as_str()),
+        (Some("stopped"), Some("absent")),
+        "{status}"
+    );
+    let read = s.ok("scope_results_list", json!({"scope_id": "default"}));
+    assert!(read.to_string().contains("kept-receipt"), "{read}");
+    let got = s.ok(
+        "scope_result_get",
+        json!({"scope_id": "default", "selector": receipt}),
+    );
+    assert!(got["result"].to_string().contains("kept-receipt"), "{got}");
+    assert_eq!(
+        s.ok("scope_status", json!({"scope_id": "default"}))["state"],
+        "stopped"
+    );
+    // Still disabled after those reads, and after a restart.
+    assert_aliases_disabled(&sb, &mut s, &default_home, &receipt);
+    drop(s);
+    let mut s = managed(&sb);
+    assert_aliases_disabled(&sb, &mut s, &default_home, &receipt);
+    // scope_start creates generated scopes only; it does not bring the default back.
+    let other = start_scope(&mut s);
+    assert_eq!(s.err_kind("status", json!({})), "scope_not_ready");
+    s.ok("scope_run", json!({"scope_id": other, "command": "true"}));
+    // scope_reset default recreates and validates its project shell: every alias answers.
+    assert_eq!(
+        s.ok("scope_reset", json!({"scope_id": "default"}))["scope"]["state"],
+        "ready"
+    );
+    assert_eq!(s.ok("status", json!({}))["state"], "ready");
+    assert!(
+        s.ok("results_list", json!({}))
+            .to_string()
+            .contains("kept-receipt")
+    );
+    s.ok("result_get", json!({"selector": receipt}));
+    assert_eq!(
+        s.ok("shell_run", json!({"command": "echo back"}))["stdout_text"],
+        "back\n"
+    );
+}
+
+#[test]
+fn legacy_mode_disables_the_default_aliases_after_scope_stop_default() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb, &sb.serve_home_args(&[]), &[]);
+    s.ok("shell_run", json!({"command": "echo legacy-receipt"}));
+    let listed = s.ok("results_list", json!({}));
+    let receipt = listed["results"][0]["id"].as_str().unwrap()[..8].to_string();
+    s.ok("scope_stop", json!({"scope_id": "default"}));
+    assert_aliases_disabled(&sb, &mut s, &sb.home(), &receipt);
+    assert_eq!(
+        s.ok("scope_status", json!({"scope_id": "default"}))["state"],
+        "stopped"
+    );
+    s.ok("scope_reset", json!({"scope_id": "default"}));
+    assert_eq!(s.ok("status", json!({}))["state"], "ready");
+}
+
+#[test]
+fn a_failed_scope_is_recovered_by_reset_then_stop_before_removal() {
+    let sb = Sandbox::new();
+    let mut s = managed(&sb);
+    let a = start_scope(&mut s);
+    let shim = home(&sb, &a).join(".shim/fail");
+    fs::create_dir_all(&shim).unwrap();
+    // A stop that cannot be proven leaves the scope failed.
+    fs::write(shim.join("stop"), "1").unwrap();
+    let stop = s.ok("scope_stop", json!({"scope_id": a}));
+    assert_eq!(stop["state"], "failed", "{stop}");
+    assert_eq!(scope_state(&mut s, &a)["state"], "failed");
+    fs::remove_file(shim.join("stop")).unwrap();
+    // Neither a stop nor a removal is admitted from failed, and nothing runs.
+    let before = sb.invocations(&home(&sb, &a)).len();
+    for tool in ["scope_stop", "scope_remove"] {
+        let envelope = s.call(tool, json!({"scope_id": a}));
+        assert_eq!(
+            envelope["error"]["kind"], "scope_not_ready",
+            "{tool}: {envelope}"
+        );
+        let message = envelope["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("scope_reset first, then scope_stop"),
+            "{tool}: {message}"
+        );
+    }
+    assert_eq!(sb.invocations(&home(&sb, &a)).len(), before);
+    assert_eq!(scope_state(&mut s, &a)["state"], "failed");
+    assert!(home(&sb, &a).exists());
+    // A reset that marsh refuses as busy does not recover it: it stays failed.
+    fs::write(shim.join("reset"), "125").unwrap();
+    let busy = s.ok("scope_reset", json!({"scope_id": a}));
+    assert_eq!(busy["state"], "failed", "{busy}");
+    assert_eq!(busy["error"]["kind"], "scope_busy", "{busy}");
+    assert_eq!(busy["scope"]["state"], "failed", "{busy}");
+    assert_eq!(
+        s.err_kind("scope_stop", json!({"scope_id": a})),
+        "scope_not_ready"
+    );
+    fs::remove_file(shim.join("reset")).unwrap();
+    // reset (to ready), then stop (to stopped), then removal.
+    let reset = s.ok("scope_reset", json!({"scope_id": a}));
+    assert_eq!(reset["scope"]["state"], "ready", "{reset}");
+    assert_eq!(
+        s.err_kind("scope_remove", json!({"scope_id": a})),
+        "scope_not_ready",
+        "a ready scope is stopped before removal"
+    );
+    let stopped = s.ok("scope_stop", json!({"scope_id": a}));
+    assert_eq!(stopped["scope"]["state"], "stopped", "{stopped}");
+    let removed = s.ok("scope_remove", json!({"scope_id": a}));
+    assert_eq!(removed["state"], "succeeded", "{removed}");
+    assert!(!home(&sb, &a).exists());
+    assert_eq!(
+        s.err_kind("scope_status", json!({"scope_id": a})),
+        "unknown_scope"
     );
 }
 
