@@ -13,7 +13,7 @@ NPM_DIR   := target/npm-clients
 # The real clients the installer tests drive (offline, no login).
 NPM_PKGS  := @openai/codex@0.171.0 @anthropic-ai/claude-code@2.1.332
 
-.PHONY: all build build-debug install dev test lint unit demo bench bench-peers py-client npm-clients clean
+.PHONY: all build build-debug build-debuginfo install dev test lint unit demo bench bench-peers py-client npm-clients prereqs clean
 
 all: build
 
@@ -23,6 +23,22 @@ build:
 
 build-debug:
 	$(CARGO) build --workspace --bins
+
+## build-debuginfo: the release code with line tables (target/release-debug), for backtraces
+## with file:line; `make build` ships without debug info
+build-debuginfo:
+	$(CARGO) build --profile release-debug --workspace --bins
+
+## prereqs: before anything is built for `make demo`/`make test` (and bench-peers), check for
+## bubblewrap, python3 with venv and (test) npm; as root install the missing ones with
+## apt-get, otherwise stop with the command to run
+demo bench-peers: PREREQS_FOR := demo
+test: PREREQS_FOR := test
+prereqs:
+	@$(SHELL) tests/prereqs.sh $(PREREQS_FOR)
+
+# Every step of those goals waits for the check, also under `make -j`.
+lint build-debug $(PY_VENV)/bin/python $(NPM_DIR)/node_modules/.bin/codex $(PEERS_VENV)/bin/mcp-yieldshell: | prereqs
 
 ## install: copy the release binaries into $(PREFIX)/bin (owner-only writable)
 install: build

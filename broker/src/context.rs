@@ -30,6 +30,14 @@ pub(crate) struct ServerContext {
 }
 
 impl ServerContext {
+    /// The workspace's directory name: what the catalog and instructions call it
+    /// (a name, not a host path).
+    pub fn project_name(&self) -> String {
+        self.workspace
+            .file_name()
+            .map_or_else(|| "/".to_string(), |n| n.to_string_lossy().into_owned())
+    }
+
     pub fn new(
         workspace: PathBuf,
         workspace_hash: String,

@@ -66,29 +66,11 @@ pub fn random_hex(n: usize) -> Result<String> {
 }
 
 /// Writes `bytes` to `dir/name` so that a reader sees either the old file or the
-/// complete new one, and the new one survives a crash once this returns: temp file
-/// (0600, exclusive create) + fsync + rename + fsync of the directory.
+/// complete new one, and the new one survives a crash (power loss included) once this
+/// returns: [`write_whole`], then a sync of the directory.
 pub fn write_durable(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
-    let tmp_name = format!(".{name}.{}.tmp", random_hex(6)?);
-    let tmp = dir.join(&tmp_name);
-    let target = dir.join(name);
-    let result = (|| -> std::io::Result<()> {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        fs::rename(&tmp, &target)?;
-        File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        // The temp name is ours alone (random, exclusive create); removing it is safe.
-        let _ = fs::remove_file(&tmp);
-    }
-    result.context(|| format!("writing {}", target.display()))
+    write_whole(dir, name, bytes)?;
+    sync_dir(dir).context(|| format!("syncing {}", dir.display()))
 }
 
 /// Writes `bytes` to `dir/name` so that, whatever crash interrupts it, a reader sees

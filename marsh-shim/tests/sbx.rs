@@ -485,3 +485,151 @@ fn mcp_usage_errors() {
     let help = ok(mcp(&state, &[], &["mcp", "--help"]));
     assert!(stdout(&help).starts_with("usage: sbx mcp add"));
 }
+
+/// The state file as JSON.
+fn state_json(state: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(state).unwrap()).unwrap()
+}
+
+/// `/bin/echo WORDS` registered as `srv` (replacing any registration of that name).
+fn register_echo(state: &Path, words: &str) {
+    let _ = mcp(state, &[], &["mcp", "rm", "srv", "--force"]);
+    ok(mcp(
+        state,
+        &[],
+        &[
+            "mcp",
+            "add",
+            "srv",
+            "--command",
+            "/bin/echo",
+            "--args",
+            words,
+        ],
+    ));
+}
+
+fn launched(state: &Path, sandbox: &str) -> Output {
+    mcp(
+        state,
+        &[],
+        &["mcp", "gateway-exec", "srv", "--sandbox", sandbox],
+    )
+}
+
+#[test]
+fn mcp_a_loaded_sandbox_keeps_its_definition_across_rm_and_add() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    register_echo(&state, "old");
+    ok(mcp(&state, &[], &["mcp", "load", "srv", "--sandbox", "s1"]));
+    assert_eq!(
+        state_json(&state)["loads"],
+        json!({"s1": {"srv": {"command": "/bin/echo", "args": ["old"], "dir": null}}}),
+        "the load is a snapshot of the definition"
+    );
+
+    // Without --force a loaded registration is still refused, and nothing changes.
+    let before = std::fs::read(&state).unwrap();
+    fails(
+        &mcp(&state, &[], &["mcp", "rm", "srv"]),
+        1,
+        "sbx: MCP server \"srv\" is loaded into sandboxes: s1; use --force to remove it anyway\n",
+    );
+    assert_eq!(std::fs::read(&state).unwrap(), before);
+
+    // rm --force + add of another definition: what `marsh-mcp install sbx` does.
+    register_echo(&state, "new");
+    assert_eq!(ls_json(&state)["servers"][0]["loaded"], json!([]));
+    assert_eq!(
+        stdout(&ok(launched(&state, "s1"))),
+        "old\n",
+        "s1 keeps its load"
+    );
+    fails(
+        &launched(&state, "s2"),
+        1,
+        "sbx: MCP server \"srv\" is not loaded into sandbox \"s2\"\n",
+    );
+    ok(mcp(&state, &[], &["mcp", "load", "srv", "--sandbox", "s2"]));
+    assert_eq!(
+        stdout(&ok(launched(&state, "s2"))),
+        "new\n",
+        "a new load gets the new one"
+    );
+    assert_eq!(stdout(&ok(launched(&state, "s1"))), "old\n");
+
+    // Even with no registration left, s1 still launches what it loaded; s2 too.
+    ok(mcp(&state, &[], &["mcp", "rm", "srv", "--force"]));
+    assert_eq!(ls_json(&state), json!({"servers": []}));
+    assert_eq!(stdout(&ok(launched(&state, "s1"))), "old\n");
+    assert_eq!(stdout(&ok(launched(&state, "s2"))), "new\n");
+    fails(&launched(&state, "s3"), 1, "MCP server \"srv\" not found\n");
+    fails(
+        &mcp(&state, &[], &["mcp", "load", "srv", "--sandbox", "s1"]),
+        1,
+        "MCP server \"srv\" not found\n",
+    );
+
+    // Reloading replaces the sandbox's snapshot with the current definition.
+    register_echo(&state, "newest");
+    ok(mcp(&state, &[], &["mcp", "load", "srv", "--sandbox", "s1"]));
+    assert_eq!(stdout(&ok(launched(&state, "s1"))), "newest\n");
+    assert_eq!(stdout(&ok(launched(&state, "s2"))), "new\n");
+
+    // unload drops the sandbox's snapshot, registered or not; then it is never loaded.
+    ok(mcp(
+        &state,
+        &[],
+        &["mcp", "unload", "srv", "--sandbox", "s2"],
+    ));
+    fails(
+        &launched(&state, "s2"),
+        1,
+        "sbx: MCP server \"srv\" is not loaded into sandbox \"s2\"\n",
+    );
+    ok(mcp(&state, &[], &["mcp", "rm", "srv", "--force"]));
+    ok(mcp(
+        &state,
+        &[],
+        &["mcp", "unload", "srv", "--sandbox", "s1"],
+    ));
+    fails(&launched(&state, "s1"), 1, "MCP server \"srv\" not found\n");
+    fails(
+        &mcp(&state, &[], &["mcp", "unload", "srv", "--sandbox", "s1"]),
+        1,
+        "MCP server \"srv\" not found\n",
+    );
+    assert!(
+        state_json(&state).get("loads").is_none(),
+        "no snapshot left: {}",
+        state_json(&state)
+    );
+}
+
+#[test]
+fn mcp_a_load_recorded_before_snapshots_is_launched_and_kept_by_rm_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    // A file written before `loads` existed: the load is in `loaded` only.
+    std::fs::write(
+        &state,
+        r#"{"other":true,"mcp":{"srv":{"command":"/bin/echo","args":["legacy"],"dir":null,"loaded":["s1"],"color":"red"}}}"#,
+    )
+    .unwrap();
+    assert_eq!(stdout(&ok(launched(&state, "s1"))), "legacy\n");
+    // Loading again changes nothing visible but records the snapshot.
+    ok(mcp(&state, &[], &["mcp", "load", "srv", "--sandbox", "s1"]));
+    assert_eq!(state_json(&state)["loads"]["s1"]["srv"]["color"], "red");
+    std::fs::write(
+        &state,
+        r#"{"other":true,"mcp":{"srv":{"command":"/bin/echo","args":["legacy"],"dir":null,"loaded":["s1"]}}}"#,
+    )
+    .unwrap();
+    // rm --force snapshots it first, so the sandbox keeps it.
+    register_echo(&state, "new");
+    let file = state_json(&state);
+    assert_eq!(file["other"], true);
+    assert_eq!(file["loads"]["s1"]["srv"]["args"], json!(["legacy"]));
+    assert_eq!(stdout(&ok(launched(&state, "s1"))), "legacy\n");
+}

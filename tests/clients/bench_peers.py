@@ -111,7 +111,8 @@ def table(title, names, times):
               f"{pct(a, .9)/pct(b, .9):>8.2f} {pct(a, .99)/pct(b, .99):>8.2f}")
 
 
-def raw_round_trips(targets, calls, warmup):
+def raw_interleaved(targets, calls, warmup):
+    """Per-target seconds of `calls` raw `tools/call`s, interleaved after a warm-up."""
     clients = [Raw(t.argv, t.env, t.cwd) for t in targets]
     for c in clients:
         c.initialize()
@@ -123,6 +124,11 @@ def raw_round_trips(targets, calls, warmup):
     times = interleaved(targets, calls, warmup, call)
     for c in clients:
         c.close()
+    return times
+
+
+def raw_round_trips(targets, calls, warmup):
+    times = raw_interleaved(targets, calls, warmup)
     table(f"raw JSON-RPC client: {calls} calls each after {warmup} warm-up, interleaved",
           [t.name for t in targets], times)
 
@@ -191,17 +197,7 @@ def relay(bin_dir, work, env, calls, warmup):
             Target("serve direct (scope_list)", [marsh_mcp, "serve", "--scope-root", direct_root] + common,
                    env, workspace, "scope_list", {}, '"ok": true'),
         ]
-        clients = [Raw(t.argv, t.env, t.cwd) for t in targets]
-        for c in clients:
-            c.initialize()
-
-        def call(i, t):
-            reply = clients[i].request("tools/call", {"name": t.tool, "arguments": t.arguments})
-            t.check(reply.get("result"))
-
-        times = interleaved(targets, calls, warmup, call)
-        for c in clients:
-            c.close()
+        times = raw_interleaved(targets, calls, warmup)
         table(f"relay: {calls} scope_list calls each, interleaved", [t.name for t in targets], times)
         added = (pct(times[0], .5) - pct(times[1], .5)) * 1e6
         print(f"  the relay adds {added:.0f} us at p50")

@@ -36,6 +36,39 @@ pub fn built(name: &str) -> PathBuf {
     path
 }
 
+/// Runs `tests/clients/<script>` with the PyPI `mcp` client's venv (`make py-client`)
+/// against `marsh-mcp serve --home` of `sb`; returns the JSON summary it prints.
+pub fn python_client_summary(sb: &Sandbox, script: &str) -> Value {
+    let python = target_dir()
+        .parent()
+        .expect("target")
+        .join("py-venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `make py-client` (done by `make test`)",
+        python.display()
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("clients")
+        .join(script);
+    let out = Command::new(python)
+        .arg(script)
+        .arg(sb.prefix.bin("marsh-mcp"))
+        .args(sb.serve_home_args(&[]))
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", sb.state().join("user"))
+        .current_dir(sb.workspace())
+        .output()
+        .expect("run the Python client");
+    assert!(
+        out.status.success(),
+        "client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the client prints one JSON summary")
+}
+
 /// A real client CLI installed by `make npm-clients` (codex, claude).
 pub fn npm_bin(name: &str) -> PathBuf {
     let path = target_dir()
@@ -421,6 +454,31 @@ impl Server {
                 .unwrap_or_else(|| panic!("no reply to request {id}; stderr: {}", self.stderr()));
             if msg.get("id") == Some(&json!(id)) {
                 return msg;
+            }
+        }
+    }
+
+    /// Sends a request and returns its reply with every notification (a message
+    /// with a `method` and no `id`) that arrived before it, in order.
+    pub fn request_with_notifications(
+        &mut self,
+        method: &str,
+        params: Value,
+    ) -> (Value, Vec<Value>) {
+        let id = self.next_request_id();
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let deadline = Instant::now() + REPLY_TIMEOUT;
+        let mut notifications = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let msg = self
+                .recv(left)
+                .unwrap_or_else(|| panic!("no reply to request {id}; stderr: {}", self.stderr()));
+            if msg.get("id") == Some(&json!(id)) {
+                return (msg, notifications);
+            }
+            if msg.get("id").is_none() && msg.get("method").is_some() {
+                notifications.push(msg);
             }
         }
     }

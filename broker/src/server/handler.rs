@@ -23,9 +23,16 @@ static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 /// How long a closing session waits for its cancelled children to be reaped.
 const CLOSE_SETTLE: Duration = Duration::from_secs(8);
 
-const INSTRUCTIONS: &str = "marsh-mcp runs commands in this workspace's marsh project shell (never a host shell). \
+/// The server's instructions. A registration can be account-wide (Codex), so they
+/// name the workspace's directory: an agent in another repository is not misled.
+fn instructions(project: &str) -> String {
+    format!(
+        "marsh-mcp runs commands in the marsh project shell of the workspace `{project}` (never a host shell, \
+and never another repository's, whichever one this session was opened in). \
 Use shell_run for commands: fast ones return inline; long ones return an operation id to poll with operation_get \
-and read with operation_output. Results are {ok, data} or {ok:false, error:{kind, message, retryable}}.";
+and read with operation_output. Results are {{ok, data}} or {{ok:false, error:{{kind, message, retryable}}}}."
+    )
+}
 
 pub struct McpSession {
     ctx: Arc<ServerContext>,
@@ -51,7 +58,7 @@ impl ServerHandler for McpSession {
     fn get_info(&self) -> ServerConfig {
         InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("marsh-mcp", env!("CARGO_PKG_VERSION")))
-            .with_instructions(INSTRUCTIONS)
+            .with_instructions(instructions(&self.ctx.project_name()))
     }
 
     async fn initialize(
@@ -68,7 +75,9 @@ impl ServerHandler for McpSession {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tools::catalog()))
+        Ok(ListToolsResult::with_all_items(tools::catalog(
+            &self.ctx.project_name(),
+        )))
     }
 
     async fn call_tool(
@@ -76,12 +85,15 @@ impl ServerHandler for McpSession {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let progress =
+            tools::progress::Progress::new(context.meta.get_progress_token(), context.peer);
         match tools::call(
             &self.ctx,
             self.session,
             &request.name,
             request.arguments,
             &context.ct,
+            &progress,
         )
         .await
         {

@@ -6,6 +6,7 @@ mod args;
 pub(crate) mod doctor;
 mod envelope;
 mod operation_tools;
+pub(crate) mod progress;
 mod qualify;
 mod report;
 mod scope_lifecycle;
@@ -14,6 +15,7 @@ mod scoped;
 mod views;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
 use schemars::JsonSchema;
@@ -23,24 +25,35 @@ use tokio_util::sync::CancellationToken;
 use crate::admission::WorkerStep;
 use crate::context::ServerContext;
 use crate::error::{ToolError, ToolResult};
-use crate::operations::SessionId;
+use crate::operations::{OpStatus, Operation, SessionId};
 use crate::tool_name::{Addressing, ToolName};
 pub(crate) use envelope::error_schema;
 use envelope::{envelope_schema, into_call_result};
+use progress::Progress;
 
 /// One call as a handler sees it: whose, with what arguments (`scope_id` already
-/// taken out for `scope_*` tools), and the request's cancellation.
+/// taken out for `scope_*` tools), the request's cancellation and where its progress
+/// goes while it waits.
 #[derive(Clone, Copy)]
 pub(crate) struct Call<'a> {
     pub session: SessionId,
     pub arguments: &'a Option<Map<String, Value>>,
     pub request: &'a CancellationToken,
+    pub progress: &'a Progress,
 }
 
 impl Call<'_> {
     /// The arguments as the tool's closed argument struct.
     pub(crate) fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, ToolError> {
         args::parse(self.arguments.clone())
+    }
+
+    /// Waits until `op` ends, `wait` elapses or the request is cancelled, notifying
+    /// progress meanwhile when the call asked for it; the status at that moment.
+    pub(crate) async fn wait_for_end(&self, op: &Operation, wait: Duration) -> OpStatus {
+        self.progress
+            .during(op, op.wait_for_end(wait, self.request))
+            .await
     }
 }
 
@@ -156,9 +169,17 @@ fn describe(tool: ToolName) -> (&'static str, Arc<JsonObject>) {
     }
 }
 
-/// The catalog entry of `tool`.
-fn catalog_entry(tool: ToolName) -> Tool {
+/// The catalog entry of `tool`; `project` is the workspace's directory name.
+fn catalog_entry(tool: ToolName, project: &str) -> Tool {
     let (description, schema) = describe(tool);
+    // A client registration can be account-wide (Codex): an agent in another
+    // repository sees this catalog too, so the tool that runs commands names where.
+    let description = match tool {
+        ToolName::ShellRun | ToolName::ScopeRun => format!(
+            "{description} The workspace is the directory `{project}` (this server serves no other, whichever repository the session was opened in)."
+        ),
+        _ => description.to_string(),
+    };
     let schema = match tool.addressing() {
         Addressing::ScopeArgument => scoped::with_scope_id(schema),
         Addressing::DefaultScope | Addressing::Unscoped => schema,
@@ -172,9 +193,12 @@ fn catalog_entry(tool: ToolName) -> Tool {
         .with_annotations(annotations)
 }
 
-/// Every tool, in catalog order.
-pub(crate) fn catalog() -> Vec<Tool> {
-    ToolName::ALL.into_iter().map(catalog_entry).collect()
+/// Every tool, in catalog order, for the workspace directory named `project`.
+pub(crate) fn catalog(project: &str) -> Vec<Tool> {
+    ToolName::ALL
+        .into_iter()
+        .map(|tool| catalog_entry(tool, project))
+        .collect()
 }
 
 async fn dispatch(
@@ -183,6 +207,7 @@ async fn dispatch(
     session: SessionId,
     mut arguments: Option<Map<String, Value>>,
     request: &CancellationToken,
+    progress: &Progress,
 ) -> ToolResult {
     // The scope an alias or `scope_*` tool works on; `scope_id` is taken out of the
     // arguments so the rest is parsed by the alias's own closed struct.
@@ -195,6 +220,7 @@ async fn dispatch(
         session,
         arguments: &arguments,
         request,
+        progress,
     };
     let scope = || {
         view.as_ref().ok_or_else(|| {
@@ -245,9 +271,10 @@ pub(crate) async fn call(
     name: &str,
     arguments: Option<Map<String, Value>>,
     request: &CancellationToken,
+    progress: &Progress,
 ) -> Option<CallToolResult> {
     let tool = ToolName::parse(name)?;
-    let mut outcome = dispatch(ctx, tool, session, arguments, request).await;
+    let mut outcome = dispatch(ctx, tool, session, arguments, request, progress).await;
     ctx.host_paths.redact_outcome(&mut outcome);
     Some(into_call_result(outcome))
 }
@@ -258,7 +285,7 @@ mod tests {
 
     #[test]
     fn catalog_is_the_22_tools_in_order_and_denies_unknown_fields() {
-        let tools = catalog();
+        let tools = catalog("ws");
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
         let expected: Vec<&str> = ToolName::ALL.iter().map(|t| t.as_str()).collect();
         assert_eq!(names, expected);

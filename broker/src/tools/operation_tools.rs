@@ -18,7 +18,7 @@ pub(crate) async fn operation_get(ctx: &ServerContext, call: Call<'_>) -> ToolRe
     let a: OperationGetArgs = call.parse()?;
     let wait = args::OPERATION_WAIT.duration(a.wait_ms)?;
     let op = ctx.ops.get(&a.operation_id, call.session)?;
-    let status = op.wait_for_end(wait, call.request).await;
+    let status = call.wait_for_end(&op, wait).await;
     let mut data = object(op.describe());
     data.insert(
         "wait_result".into(),
@@ -84,7 +84,7 @@ pub(crate) async fn operation_cancel(ctx: &ServerContext, call: Call<'_>) -> Too
     let a: OperationCancelArgs = call.parse()?;
     let op = ctx.ops.get(&a.operation_id, call.session)?;
     let requested = op.request_cancel();
-    op.wait_for_end(CANCEL_SETTLE, call.request).await;
+    call.wait_for_end(&op, CANCEL_SETTLE).await;
     let mut data = object(op.describe());
     data.insert("cancel_accepted".into(), Value::from(requested));
     data.insert(

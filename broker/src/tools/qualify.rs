@@ -37,7 +37,7 @@ pub(crate) async fn qualify(ctx: &Arc<ServerContext>, call: Call<'_>) -> ToolRes
         }],
     };
     let op = ticket.launch(ctx, call.session, plan, None)?;
-    let mut data = report_fields(&op, wait, call.request).await;
+    let mut data = report_fields(&op, wait, call).await;
     data.insert(
         "gate".into(),
         serde_json::to_value(a.gate).unwrap_or(Value::Null),

@@ -5,24 +5,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use tokio_util::sync::CancellationToken;
 
 use super::args::MAX_BYTES;
-use super::object;
 use super::views::{ViewOptions, read_fields};
+use super::{Call, object};
 use crate::operations::Operation;
 
 /// Waits up to `wait` (or until the request is cancelled, which cancels the
-/// operation too), then reports the operation with its output from the start.
+/// operation too; progress is notified meanwhile when the call asked for it), then
+/// reports the operation with its output from the start.
 pub(crate) async fn report(
     op: &Arc<Operation>,
     wait: Duration,
-    request: &CancellationToken,
+    call: Call<'_>,
     max_bytes: usize,
     opts: ViewOptions,
 ) -> Value {
-    let status = op.wait_for_end(wait, request).await;
-    if request.is_cancelled() {
+    let status = call.wait_for_end(op, wait).await;
+    if call.request.is_cancelled() {
         op.request_cancel();
     }
     let mut data = object(op.describe());
@@ -50,10 +50,10 @@ pub(crate) async fn report(
 pub(crate) async fn report_fields(
     op: &Arc<Operation>,
     wait: Duration,
-    request: &CancellationToken,
+    call: Call<'_>,
 ) -> Map<String, Value> {
     let opts = ViewOptions {
         include_base64: false,
     };
-    object(report(op, wait, request, MAX_BYTES.default as usize, opts).await)
+    object(report(op, wait, call, MAX_BYTES.default as usize, opts).await)
 }

@@ -112,7 +112,7 @@ async fn launch_lifecycle(
         plan,
         Some(lifecycle_finish(id, kind, from)),
     )?;
-    let mut data = report_fields(&op, wait, call.request).await;
+    let mut data = report_fields(&op, wait, call).await;
     if let Ok(now) = ctx.scopes.view(id) {
         data.insert("scope".into(), now.describe());
     }

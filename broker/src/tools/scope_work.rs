@@ -175,7 +175,7 @@ async fn stopped_read(
         steps: vec![Step::Read(read.verb()), Step::Finally(Verb::Stop)],
     };
     let op = ticket.launch(ctx, call.session, plan, Some(stopped_read_finish(id, read)))?;
-    let status = op.wait_for_end(wait, call.request).await;
+    let status = call.wait_for_end(&op, wait).await;
     if call.request.is_cancelled() {
         op.request_cancel();
     }
@@ -300,7 +300,7 @@ pub(crate) async fn run(ctx: &Arc<ServerContext>, call: Call<'_>, view: &ScopeVi
     let opts = ViewOptions {
         include_base64: a.include_base64.unwrap_or(false),
     };
-    let data = report(&op, wait, call.request, max_bytes, opts).await;
+    let data = report(&op, wait, call, max_bytes, opts).await;
     never_ran(&op)?;
     Ok(data)
 }
@@ -347,7 +347,7 @@ pub(crate) async fn workers(
         steps: vec![Step::Marsh(verb)],
     };
     let op = ticket.launch(ctx, call.session, plan, None)?;
-    let mut data = report_fields(&op, wait, call.request).await;
+    let mut data = report_fields(&op, wait, call).await;
     data.insert("selection".into(), Value::from(selection));
     Ok(Value::Object(data))
 }

@@ -1,6 +1,8 @@
 //! `sbx mcp ...`: the MCP registration verbs of the stock sandbox CLI (`add`, `rm`,
 //! `ls`, `inspect`, `load`, `unload`) plus the test-only `gateway-exec`, over the
-//! state file of [`super::state`]. The contract is README.md, section `sbx`.
+//! state file of [`super::state`]. A load snapshots the registration into the sandbox:
+//! `gateway-exec` launches that snapshot, so removing or replacing the registration
+//! changes future loads only. The contract is README.md, section `sbx`.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -10,7 +12,7 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use super::state::{Registration, State, StateError, StateFile};
+use super::state::{Definition, Registration, State, StateError, StateFile};
 use crate::util::{self, log};
 
 /// The synopsis printed with every usage error and by `sbx mcp --help`.
@@ -400,6 +402,31 @@ fn update(state: &StateFile, change: impl FnOnce(&mut State) -> Result<()>) -> R
     state.update(change)
 }
 
+/// What `sandbox` loaded as `name`: its snapshot; else, for a load recorded before
+/// snapshots existed (the sandbox only in `loaded`), the registration itself. Not
+/// found when there is neither a snapshot nor a registration of that name.
+fn loaded_definition(state: &State, name: &str, sandbox: &str) -> Result<Definition> {
+    if let Some(definition) = state
+        .loads()?
+        .get(sandbox)
+        .and_then(|servers| servers.get(name))
+    {
+        return Ok(definition.clone());
+    }
+    let regs = state.registrations()?;
+    let reg = regs
+        .get(name)
+        .ok_or_else(|| McpError::NotFound(name.to_string()))?;
+    if reg.loaded.iter().any(|s| s == sandbox) {
+        Ok(reg.definition())
+    } else {
+        Err(McpError::NotLoaded {
+            name: name.to_string(),
+            sandbox: sandbox.to_string(),
+        })
+    }
+}
+
 /// Runs one command; returns the lines for stdout. `gateway-exec` returns only when
 /// it could not replace the process.
 fn execute(command: Command, state: Option<PathBuf>) -> Result<Vec<String>> {
@@ -444,6 +471,21 @@ fn execute(command: Command, state: Option<PathBuf>) -> Result<Vec<String>> {
                         sandboxes: reg.loaded,
                     });
                 }
+                // The sandboxes keep what they loaded. A load recorded before snapshots
+                // existed (in `loaded` only) is snapshotted now, from the registration
+                // it loaded.
+                let mut loads = s.loads()?;
+                let before = loads.clone();
+                for sandbox in &reg.loaded {
+                    loads
+                        .entry(sandbox.clone())
+                        .or_default()
+                        .entry(name.clone())
+                        .or_insert_with(|| reg.definition());
+                }
+                if loads != before {
+                    s.set_loads(&loads)?;
+                }
                 Ok(s.set_registrations(&regs)?)
             })?;
             Ok(vec![format!("MCP server \"{name}\" removed")])
@@ -472,6 +514,15 @@ fn execute(command: Command, state: Option<PathBuf>) -> Result<Vec<String>> {
                     reg.loaded.push(sandbox.clone());
                     reg.loaded.sort();
                 }
+                // The sandbox's snapshot: this registration's definition, replacing
+                // whatever it loaded under this name before.
+                let definition = reg.definition();
+                let mut loads = s.loads()?;
+                let slot = loads.entry(sandbox.clone()).or_default();
+                if slot.get(&name) != Some(&definition) {
+                    slot.insert(name.clone(), definition);
+                    s.set_loads(&loads)?;
+                }
                 Ok(s.set_registrations(&regs)?)
             })?;
             Ok(vec![format!(
@@ -481,10 +532,19 @@ fn execute(command: Command, state: Option<PathBuf>) -> Result<Vec<String>> {
         Command::Unload { name, sandbox } => {
             update(&state, |s| {
                 let mut regs = s.registrations()?;
-                let reg = regs
-                    .get_mut(&name)
-                    .ok_or_else(|| McpError::NotFound(name.clone()))?;
-                reg.loaded.retain(|s| *s != sandbox);
+                let mut loads = s.loads()?;
+                let dropped = loads
+                    .get_mut(&sandbox)
+                    .and_then(|servers| servers.remove(&name))
+                    .is_some();
+                match regs.get_mut(&name) {
+                    Some(reg) => reg.loaded.retain(|s| *s != sandbox),
+                    None if dropped => {}
+                    None => return Err(McpError::NotFound(name.clone())),
+                }
+                if dropped {
+                    s.set_loads(&loads)?;
+                }
                 Ok(s.set_registrations(&regs)?)
             })?;
             Ok(vec![format!(
@@ -492,21 +552,18 @@ fn execute(command: Command, state: Option<PathBuf>) -> Result<Vec<String>> {
             )])
         }
         Command::GatewayExec { name, sandbox } => {
-            let regs = state.read()?.registrations()?;
-            let reg = regs.get(&name).ok_or(McpError::NotFound(name.clone()))?;
-            if !reg.loaded.contains(&sandbox) {
-                return Err(McpError::NotLoaded { name, sandbox });
-            }
-            let mut child = std::process::Command::new(&reg.command);
-            child.args(&reg.args);
-            if let Some(dir) = &reg.dir {
+            let current = state.read()?;
+            let definition = loaded_definition(&current, &name, &sandbox)?;
+            let mut child = std::process::Command::new(&definition.command);
+            child.args(&definition.args);
+            if let Some(dir) = &definition.dir {
                 child.current_dir(dir);
             }
             // Only returns on failure; on success this process is the server.
             let source = child.exec();
             Err(McpError::Exec {
-                command: reg.command.clone(),
-                dir: reg.dir.clone(),
+                command: definition.command,
+                dir: definition.dir,
                 source,
             })
         }

@@ -1,6 +1,7 @@
 //! The `sbx` stand-in's state file (README.md, `sbx`): one JSON object holding the
-//! `sandboxes` list and the MCP registrations under `mcp`. Every other key, and every
-//! unknown field of a registration, is kept as found.
+//! `sandboxes` list, the MCP registrations under `mcp`, and under `loads` what each
+//! sandbox loaded (a snapshot of the registration's definition at load time). Every
+//! other key, and every unknown field of a registration or snapshot, is kept as found.
 //!
 //! Readers need no lock: writers replace the file atomically (temp file + fsync +
 //! rename + directory fsync). Writers serialize their read-modify-write cycles with an
@@ -54,13 +55,45 @@ pub struct Registration {
     /// Working directory of the launched server; `None` means the launcher's cwd.
     #[serde(default)]
     pub dir: Option<String>,
-    /// Sandboxes the registration is loaded into, sorted, without duplicates.
+    /// Sandboxes this registration (since its `add`) is loaded into, sorted, without
+    /// duplicates. A sandbox that loaded an earlier registration of the same name is
+    /// not listed here; its snapshot is under `loads`.
     #[serde(default)]
     pub loaded: Vec<String>,
     /// Fields this stand-in does not know, kept on rewrite.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
+
+impl Registration {
+    /// The definition a load snapshots: everything but `loaded`.
+    pub fn definition(&self) -> Definition {
+        Definition {
+            command: self.command.clone(),
+            args: self.args.clone(),
+            dir: self.dir.clone(),
+            extra: self.extra.clone(),
+        }
+    }
+}
+
+/// What a sandbox loaded, as stored under `loads.<sandbox>.<name>`: the registration's
+/// definition when it was loaded, launched by `gateway-exec` whatever happened to the
+/// registration since.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Definition {
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub dir: Option<String>,
+    /// Fields this stand-in does not know, kept on rewrite.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The snapshots of every sandbox: sandbox name → server name → definition.
+pub type Loads = BTreeMap<String, BTreeMap<String, Definition>>;
 
 /// The parsed state file.
 #[derive(Debug, Clone)]
@@ -118,6 +151,35 @@ impl State {
                 .collect(),
             Some(_) => Err(self.malformed("`mcp` is not an object")),
         }
+    }
+
+    /// The snapshots under `loads`; an absent or null `loads` key means none.
+    pub fn loads(&self) -> Result<Loads> {
+        match self.root.get("loads") {
+            None | Some(Value::Null) => Ok(Loads::new()),
+            Some(value @ Value::Object(_)) => {
+                Loads::deserialize(value).map_err(|e| self.malformed(format!("`loads`: {e}")))
+            }
+            Some(_) => Err(self.malformed("`loads` is not an object")),
+        }
+    }
+
+    /// Replaces the `loads` key with `loads`, without the sandboxes that hold nothing;
+    /// when none is left the key is removed (a state that never loaded has none).
+    pub fn set_loads(&mut self, loads: &Loads) -> Result<()> {
+        let kept: Loads = loads
+            .iter()
+            .filter(|(_, servers)| !servers.is_empty())
+            .map(|(sandbox, servers)| (sandbox.clone(), servers.clone()))
+            .collect();
+        if kept.is_empty() {
+            self.root.remove("loads");
+            return Ok(());
+        }
+        let value = serde_json::to_value(&kept)
+            .map_err(|e| self.malformed(format!("encoding `loads`: {e}")))?;
+        self.root.insert("loads".into(), value);
+        Ok(())
     }
 
     /// Replaces the `mcp` key with `registrations`.
@@ -273,6 +335,42 @@ mod tests {
     }
 
     #[test]
+    fn loads_round_trip_keep_unknown_fields_and_drop_empty_sandboxes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        let file = StateFile::new(path.clone());
+        std::fs::write(
+            &path,
+            r#"{"mcp":{"a":{"command":"new","loaded":[]}},"loads":{"s1":{"a":{"command":"old","args":["x"],"dir":null,"env":{"K":"v"}}},"s2":{"a":{"command":"old"}}}}"#,
+        )
+        .unwrap();
+        let state = file.read().unwrap();
+        let loads = state.loads().unwrap();
+        let old = &loads["s1"]["a"];
+        assert_eq!(
+            (old.command.as_str(), old.args.as_slice()),
+            ("old", &["x".to_string()][..])
+        );
+        assert_eq!(old.extra["env"], serde_json::json!({"K": "v"}));
+        let reg = &state.registrations().unwrap()["a"];
+        assert_eq!(reg.definition().command, "new");
+        file.update(|state| -> Result<()> {
+            let mut loads = state.loads()?;
+            loads.get_mut("s2").unwrap().clear();
+            state.set_loads(&loads)
+        })
+        .unwrap();
+        let value: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(value["loads"]["s1"]["a"]["env"]["K"], "v");
+        assert!(value["loads"].get("s2").is_none(), "{value}");
+        file.update(|state| -> Result<()> { state.set_loads(&Loads::new()) })
+            .unwrap();
+        let value: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert!(value.get("loads").is_none(), "{value}");
+        assert_eq!(value["mcp"]["a"]["command"], "new");
+    }
+
+    #[test]
     fn rejects_malformed_state() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.json");
@@ -283,6 +381,20 @@ mod tests {
         assert!(matches!(file.read(), Err(StateError::Json { .. })));
         std::fs::write(&path, r#"{"mcp":[]}"#).unwrap();
         assert!(file.read().unwrap().registrations().is_err());
+        for bad in [
+            r#"{"loads":[]}"#,
+            r#"{"loads":{"s":[]}}"#,
+            r#"{"loads":{"s":{"a":{}}}}"#,
+        ] {
+            std::fs::write(&path, bad).unwrap();
+            assert!(
+                matches!(
+                    file.read().unwrap().loads(),
+                    Err(StateError::Malformed { .. })
+                ),
+                "{bad}"
+            );
+        }
         std::fs::write(&path, "  \n").unwrap();
         assert!(file.read().unwrap().sandboxes().unwrap().is_empty());
     }

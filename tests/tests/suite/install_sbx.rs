@@ -217,3 +217,116 @@ fn marsh_mcp_subcommand_of_the_stand_in_reaches_the_installer() {
     );
     assert!(server_name(&sb).starts_with("marsh-dev-"));
 }
+
+/// The registration `name` as `sbx mcp inspect` shows it.
+fn inspect(sb: &Sandbox, name: &str) -> Value {
+    let out = sbx(sb, &["mcp", "inspect", name, "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The executable an attached session runs (the `sbx` process exec'd into it).
+fn exe_of(server: &Server) -> PathBuf {
+    fs::read_link(format!("/proc/{}/exe", server.pid())).unwrap()
+}
+
+/// Another path for the same `marsh-mcp` build (a hard link, else a copy) beside a
+/// symlink to the prefix's `marsh`, which installs canonicalize back to the same pin:
+/// an install run from it pins the same broker but registers another command.
+fn relocated_marsh_mcp(sb: &Sandbox) -> PathBuf {
+    let dir = sb.state().join("relocated");
+    fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("marsh-mcp");
+    if fs::hard_link(sb.prefix.bin("marsh-mcp"), &exe).is_err() {
+        fs::copy(sb.prefix.bin("marsh-mcp"), &exe).unwrap();
+    }
+    std::os::unix::fs::symlink(sb.prefix.bin("marsh"), dir.join("marsh")).unwrap();
+    exe
+}
+
+#[test]
+fn reinstall_keeps_an_attached_sandbox_and_later_loads_get_the_new_registration() {
+    let sb = Sandbox::new();
+    let (code, stderr) = run(&sb, &["install", "sbx"], None);
+    assert_eq!(code, Some(0), "{stderr}");
+    let name = server_name(&sb);
+    let first = inspect(&sb, &name);
+    assert!(
+        sbx(&sb, &["mcp", "load", &name, "--sandbox", "early"])
+            .status
+            .success()
+    );
+    let mut early = attach(&sb, &name, "early");
+    assert_eq!(exe_of(&early), sb.prefix.bin("marsh-mcp"));
+    let scope = early.start_scope();
+
+    // Re-run the install from another marsh-mcp path: the same build and pins, so the
+    // busy broker is reused, but another command, so `rm --force` + `add` replace the
+    // registration.
+    let relocated = relocated_marsh_mcp(&sb);
+    let out = sb
+        .marsh_mcp_at(&relocated, &["install".to_string(), "sbx".to_string()], &[])
+        .env("MARSH_SBX", sb.prefix.bin("sbx"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let said = format!("{}{stderr}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        said.contains(&format!("registered {name} with sbx")),
+        "it replaced the registration: {said}"
+    );
+    let second = inspect(&sb, &name);
+    assert_eq!(second["command"], relocated.display().to_string());
+    assert_eq!(second["args"], first["args"]);
+    assert_eq!(second["loaded"], json!([]), "a replacement starts unloaded");
+
+    // The attached session keeps working on the broker it was attached to.
+    let tools = early.tool_names();
+    assert!(tools.iter().any(|t| t == "shell_run"), "{tools:?}");
+    assert_eq!(
+        early.ok("shell_run", json!({"command": "echo still attached"}))["stdout_text"],
+        "still attached\n"
+    );
+    // A new session of the same sandbox launches what that sandbox loaded.
+    let mut early_again = attach(&sb, &name, "early");
+    assert_eq!(exe_of(&early_again), sb.prefix.bin("marsh-mcp"));
+    assert!(
+        early_again
+            .ok("scope_list", json!({}))
+            .to_string()
+            .contains(&scope)
+    );
+
+    // A sandbox loaded after the reinstall gets the new registration, on the same broker.
+    assert!(
+        sbx(&sb, &["mcp", "load", &name, "--sandbox", "late"])
+            .status
+            .success()
+    );
+    let mut late = attach(&sb, &name, "late");
+    assert_eq!(exe_of(&late), relocated);
+    assert_eq!(
+        late.ok("shell_run", json!({"command": "echo late"}))["stdout_text"],
+        "late\n"
+    );
+    assert!(
+        late.ok("scope_list", json!({}))
+            .to_string()
+            .contains(&scope)
+    );
+    assert_eq!(inspect(&sb, &name)["loaded"], json!(["late"]));
+
+    // A sandbox that never loaded it is still refused.
+    let never = sbx(&sb, &["mcp", "gateway-exec", &name, "--sandbox", "never"]);
+    assert_eq!(never.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&never.stderr),
+        format!("sbx: MCP server \"{name}\" is not loaded into sandbox \"never\"\n")
+    );
+    drop((early, early_again, late));
+}

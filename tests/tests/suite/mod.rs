@@ -3,12 +3,14 @@
 mod broker;
 mod ergonomics;
 mod export;
+mod first_run;
 mod hardening;
 mod install_clients;
 mod install_sbx;
 mod lifecycle;
 mod operations;
 mod pinning;
+mod progress;
 mod protocol;
 mod publish;
 mod published_codex;

@@ -339,3 +339,36 @@ fn a_session_stalled_on_half_a_frame_ends_and_cancels_its_operations() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A Codex registration is account-wide: an agent opened in another repository must
+/// see which workspace this server runs commands in (its directory name, never the
+/// host path of it).
+#[test]
+fn instructions_and_run_descriptions_name_the_workspace_directory() {
+    let sb = Sandbox::new();
+    let mut s = Server::spawn(sb.marsh_mcp(&sb.serve_home_args(&[]), &[]));
+    let init = s.initialize();
+    let project = sb
+        .workspace()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let instructions = init["result"]["instructions"].as_str().unwrap();
+    assert!(
+        instructions.contains(&format!("`{project}`")),
+        "{instructions}"
+    );
+    assert!(!instructions.contains(&sb.workspace().display().to_string()));
+    let list = s.request("tools/list", json!({}));
+    for tool in list["result"]["tools"].as_array().unwrap() {
+        let description = tool["description"].as_str().unwrap();
+        let names_it = description.contains(&format!("`{project}`"));
+        match tool["name"].as_str().unwrap() {
+            "shell_run" | "scope_run" => assert!(names_it, "{description}"),
+            _ => assert!(!names_it, "{description}"),
+        }
+        assert!(!description.contains(&sb.workspace().display().to_string()));
+    }
+    s.close();
+}
