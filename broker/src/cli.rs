@@ -59,7 +59,12 @@ pub enum CliCommand {
     /// Stop an idle broker; refused while a session is attached.
     BrokerStop(ServeArgs),
     /// Relay this process's stdio MCP client to the broker (a thin proxy).
-    Connect(ServeArgs),
+    ///
+    /// With --start: first validate like broker-start and reuse a compatible running
+    /// broker or start one (which then exits by itself after --idle-exit-secs, default
+    /// 600, with no session attached and no operation running). This is what Codex and
+    /// Claude registrations launch, so many sessions can share one workspace.
+    Connect(ConnectArgs),
     /// Run the `doctor` tool's checks once, for serve's arguments, and print them.
     ///
     /// Validates and opens exactly as `serve` would (creating a missing home or root
@@ -94,6 +99,19 @@ pub enum CliCommand {
     /// The resident broker itself (spawned by broker-start).
     #[command(hide = true)]
     BrokerRun(ServeArgs),
+}
+
+/// Default idle period of a broker started by `connect --start`.
+pub const DEFAULT_IDLE_EXIT_SECS: u64 = 600;
+
+/// `connect`: the broker arguments, plus whether to start the broker on demand.
+#[derive(Debug, Clone, Args)]
+pub struct ConnectArgs {
+    /// Validate like broker-start, reuse a compatible broker or start one, then relay.
+    #[arg(long)]
+    pub start: bool,
+    #[command(flatten)]
+    pub serve: ServeArgs,
 }
 
 /// `export-serve`. `--scope-root` and `--allow-full-sbx-control` are parsed only so
@@ -154,6 +172,12 @@ pub struct ServeArgs {
     /// With `--declaration`: the generation the registration was made for.
     #[arg(long, requires = "declaration")]
     pub expected_generation: Option<String>,
+    /// Broker modes only (broker-start, connect --start): the started broker exits
+    /// after this many seconds with no session attached and no operation running
+    /// (0: never). Without it, broker-start's broker never exits by itself, and
+    /// connect --start's exits after 600 s.
+    #[arg(long, value_name = "SECONDS")]
+    pub idle_exit_secs: Option<u64>,
 }
 
 impl ServeArgs {
@@ -199,6 +223,10 @@ impl ServeArgs {
         }
         if self.allow_full_sbx_control {
             argv.push("--allow-full-sbx-control".into());
+        }
+        if let Some(secs) = self.idle_exit_secs {
+            argv.push("--idle-exit-secs".into());
+            argv.push(secs.to_string().into());
         }
         argv
     }

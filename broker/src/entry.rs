@@ -8,7 +8,7 @@ use std::sync::Arc;
 use marsh_installers::{Client, Environment, PublishedClient, Registration};
 use tokio::runtime::Runtime;
 
-use crate::cli::{Cli, CliCommand, ServeArgs};
+use crate::cli::{Cli, CliCommand, ConnectArgs, ServeArgs};
 use crate::client_runner::SupervisedRunner;
 use crate::resident;
 use crate::server::serve_session;
@@ -42,12 +42,25 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let CliCommand::BrokerStart(args)
     | CliCommand::BrokerStop(args)
     | CliCommand::BrokerRun(args)
-    | CliCommand::Connect(args)
+    | CliCommand::Connect(ConnectArgs { serve: args, .. })
     | CliCommand::Doctor(args) = &cli.command
         && args.declaration.is_some()
     {
         anyhow::bail!(
             "--declaration is accepted only by serve (or export-serve): a published tool is never served by the broker or checked by doctor"
+        );
+    }
+    if let CliCommand::Serve(args)
+    | CliCommand::BrokerStop(args)
+    | CliCommand::Doctor(args)
+    | CliCommand::Connect(ConnectArgs {
+        serve: args,
+        start: false,
+    }) = &cli.command
+        && args.idle_exit_secs.is_some()
+    {
+        anyhow::bail!(
+            "--idle-exit-secs is accepted only by broker-start and connect --start: it sets when a started broker exits"
         );
     }
     match cli.command {
@@ -68,8 +81,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             runtime.block_on(resident::broker_run(&args, &env))?;
             Ok(ExitCode::SUCCESS)
         }
-        CliCommand::Connect(args) => {
-            let outcome = runtime.block_on(resident::connect(&args, &env));
+        CliCommand::Connect(ConnectArgs { start, serve: args }) => {
+            let outcome = if start {
+                runtime.block_on(resident::connect_start(&args, &env))
+            } else {
+                runtime.block_on(resident::connect(&args, &env))
+            };
             runtime.shutdown_background();
             outcome?;
             Ok(ExitCode::SUCCESS)
@@ -222,5 +239,6 @@ fn sbx_broker_args(env: &[(OsString, OsString)]) -> anyhow::Result<ServeArgs> {
         allow_full_sbx_control: false,
         declaration: None,
         expected_generation: None,
+        idle_exit_secs: None,
     })
 }

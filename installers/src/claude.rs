@@ -91,9 +91,14 @@ fn local_entry(reg: &Registration, env: &Environment) -> Result<Option<Value>, I
         .cloned())
 }
 
+/// The entry `claude mcp add` writes for a stdio server running `args`.
+fn entry(reg: &Registration, args: Vec<String>) -> Value {
+    json!({"type": "stdio", "command": reg.marsh_mcp, "args": args, "env": {}})
+}
+
+/// What differs from this workspace's `connect --start` entry, or `None`.
 fn difference(reg: &Registration, found: &Value) -> Option<String> {
-    let expected =
-        json!({"type": "stdio", "command": reg.marsh_mcp, "args": reg.args("serve"), "env": {}});
+    let expected = entry(reg, reg.client_args());
     if *found == expected {
         return None;
     }
@@ -141,6 +146,10 @@ impl ClientStore for Claude<'_> {
         difference(self.reg, found)
     }
 
+    fn upgradable(&self, found: &Value) -> bool {
+        *found == entry(self.reg, self.reg.previous_client_args())
+    }
+
     fn remove(&self) -> Result<(), InstallError> {
         let args = ["mcp", "remove", &self.reg.name, "--scope", "local"]
             .iter()
@@ -162,7 +171,7 @@ impl ClientWriter for Claude<'_> {
             "--".into(),
             self.reg.marsh_mcp.clone(),
         ];
-        args.extend(self.reg.args("serve"));
+        args.extend(self.reg.client_args());
         self.run(args)
     }
 }
@@ -189,7 +198,7 @@ mod tests {
     use crate::test_support::{Divergence, Fixture, Scripted, assert_each_named, finished, sample};
 
     fn expected(reg: &Registration) -> Value {
-        json!({"type": "stdio", "command": reg.marsh_mcp, "args": reg.args("serve"), "env": {}})
+        entry(reg, reg.client_args())
     }
 
     #[test]
@@ -207,7 +216,7 @@ mod tests {
                 |e| e["command"] = json!("/usr/bin/other"),
             ),
             (
-                "args is [\"serve\"] instead of [\"serve\",\"--workspace\"",
+                "args is [\"serve\"] instead of [\"connect\",\"--start\",\"--workspace\"",
                 |e| e["args"] = json!(["serve"]),
             ),
             ("type is \"sse\" instead of \"stdio\"", |e| {
@@ -222,7 +231,7 @@ mod tests {
             ("cwd is \"/elsewhere\" instead of null", |e| {
                 e["cwd"] = json!("/elsewhere")
             }),
-            ("args is null instead of [\"serve\"", |e| {
+            ("args is null instead of [\"connect\"", |e| {
                 *e = json!("not an object")
             }),
         ];
@@ -309,8 +318,8 @@ mod tests {
         );
         let mut add = vec!["claude", "mcp", "add", &reg.name, "--scope", "local", "--"];
         add.push(&reg.marsh_mcp);
-        let serve = reg.args("serve");
-        add.extend(serve.iter().map(String::as_str));
+        let launch = reg.client_args();
+        add.extend(launch.iter().map(String::as_str));
         assert_eq!(runner.take(), [add]);
 
         let message =
@@ -324,5 +333,42 @@ mod tests {
             [["claude", "mcp", "remove", &reg.name, "--scope", "local"]]
         );
         assert_eq!(local_entry(&reg, &fx.env).unwrap(), None);
+    }
+
+    #[test]
+    fn install_upgrades_exactly_the_previous_serve_entry() {
+        let fx = Fixture::new();
+        let reg = fx.registration(Client::Claude);
+        let config = fx.root.join("home/.claude.json");
+        let key = fx.workspace.display().to_string();
+        let write = |entry: &Value| {
+            let doc = json!({"projects": {&key: {"mcpServers": {&reg.name: entry}}}});
+            std::fs::write(&config, doc.to_string()).unwrap();
+        };
+        let runner = Scripted::new(fake_claude(&config, &key));
+        write(&entry(&reg, reg.previous_client_args()));
+        let message =
+            crate::install(Client::Claude, &fx.env, &fx.workspace, &fx.exe, &runner).unwrap();
+        assert!(
+            message.starts_with(&format!(
+                "upgraded the previous release's entry {} with claude",
+                reg.name
+            )),
+            "{message}"
+        );
+        let verbs: Vec<String> = runner.take().iter().map(|c| c[2].clone()).collect();
+        assert_eq!(verbs, ["remove", "add"]);
+        assert_eq!(local_entry(&reg, &fx.env).unwrap(), Some(expected(&reg)));
+
+        // The previous form with an extra argument is refused untouched.
+        let mut args = reg.previous_client_args();
+        args.push("--allow-full-sbx-control".into());
+        write(&entry(&reg, args));
+        let before = std::fs::read_to_string(&config).unwrap();
+        let err =
+            crate::install(Client::Claude, &fx.env, &fx.workspace, &fx.exe, &runner).unwrap_err();
+        assert!(matches!(err, InstallError::Conflict { .. }), "{err:?}");
+        assert!(runner.take().is_empty());
+        assert_eq!(std::fs::read_to_string(&config).unwrap(), before);
     }
 }

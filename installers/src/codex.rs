@@ -119,6 +119,8 @@ pub(crate) struct Codex<'a, A> {
     name: &'a str,
     command: &'a str,
     args: A,
+    /// The previous release's arguments for this entry, which install upgrades.
+    previous: Option<Exact>,
     env: &'a Environment,
     runner: &'a dyn Runner,
 }
@@ -139,9 +141,19 @@ impl<'a, A: ArgsRule> Codex<'a, A> {
             name,
             command,
             args,
+            previous: None,
             env,
             runner,
         })
+    }
+
+    /// Also accept, for replacement by install, an entry with exactly `previous` as
+    /// its arguments (and otherwise as expected).
+    pub(crate) fn upgrading_from(self, previous: Exact) -> Self {
+        Self {
+            previous: Some(previous),
+            ..self
+        }
     }
 
     fn run(&self, args: &[&str]) -> Result<(), InstallError> {
@@ -162,6 +174,12 @@ impl<A: ArgsRule> ClientStore for Codex<'_, A> {
         difference(self.command, &self.args, found)
     }
 
+    fn upgradable(&self, found: &Value) -> bool {
+        self.previous
+            .as_ref()
+            .is_some_and(|previous| difference(self.command, previous, found).is_none())
+    }
+
     fn remove(&self) -> Result<(), InstallError> {
         self.run(&["mcp", "remove", self.name])
     }
@@ -175,20 +193,22 @@ impl ClientWriter for Codex<'_, Exact> {
     }
 }
 
-/// The store of this workspace's `marsh-mcp serve …` entry.
+/// The store of this workspace's `marsh-mcp connect --start …` entry; the previous
+/// release's `marsh-mcp serve …` entry is upgraded.
 pub(crate) fn store<'a>(
     reg: &'a Registration,
     env: &'a Environment,
     runner: &'a dyn Runner,
 ) -> Result<Codex<'a, Exact>, InstallError> {
-    Codex::new(
+    Ok(Codex::new(
         env,
         runner,
         Path::new(&reg.workspace),
         &reg.name,
         &reg.marsh_mcp,
-        Exact(reg.args("serve")),
-    )
+        Exact(reg.client_args()),
+    )?
+    .upgrading_from(Exact(reg.previous_client_args())))
 }
 
 #[cfg(test)]
@@ -203,15 +223,18 @@ mod tests {
         finished, sample,
     };
 
-    /// The difference from this workspace's `serve` entry.
+    /// The difference from this workspace's `connect --start` entry.
     fn difference(reg: &Registration, found: &Value) -> Option<String> {
-        super::difference(&reg.marsh_mcp, &Exact(reg.args("serve")), found)
+        super::difference(&reg.marsh_mcp, &Exact(reg.client_args()), found)
+    }
+
+    fn shown_with(reg: &Registration, args: &[String]) -> Value {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        shown(&reg.name, &reg.marsh_mcp, &args)
     }
 
     fn expected(reg: &Registration) -> Value {
-        let args = reg.args("serve");
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        shown(&reg.name, &reg.marsh_mcp, &args)
+        shown_with(reg, &reg.client_args())
     }
 
     #[test]
@@ -292,7 +315,8 @@ mod tests {
             &reg.name,
             "--",
             &path(fx.bin("marsh-mcp")),
-            "serve",
+            "connect",
+            "--start",
             "--workspace",
             &path(fx.workspace.clone()),
             "--scope-root",
@@ -317,6 +341,36 @@ mod tests {
         let remove = ["codex", "mcp", "remove", &reg.name].map(String::from);
         assert_eq!(runner.take(), [get.to_vec(), remove.to_vec()]);
         assert_eq!(*stored.borrow(), None);
+    }
+
+    #[test]
+    fn install_upgrades_exactly_the_previous_serve_entry() {
+        let fx = Fixture::new();
+        let reg = fx.registration(Client::Codex);
+        let stored = RefCell::new(Some(shown_with(&reg, &reg.previous_client_args())));
+        let runner = Scripted::new(fake_codex(&stored));
+        let message =
+            crate::install(Client::Codex, &fx.env, &fx.workspace, &fx.exe, &runner).unwrap();
+        assert!(
+            message.starts_with(&format!(
+                "upgraded the previous release's entry {} with codex",
+                reg.name
+            )),
+            "{message}"
+        );
+        let verbs: Vec<String> = runner.take().iter().map(|c| c[2].clone()).collect();
+        assert_eq!(verbs, ["get", "remove", "add", "get"]);
+        assert_eq!(*stored.borrow(), Some(expected(&reg)));
+
+        // A previous-form entry with anything more is not the previous release's.
+        let mut altered = shown_with(&reg, &reg.previous_client_args());
+        altered["transport"]["env"] = json!({"TOKEN": "x"});
+        *stored.borrow_mut() = Some(altered.clone());
+        let err =
+            crate::install(Client::Codex, &fx.env, &fx.workspace, &fx.exe, &runner).unwrap_err();
+        assert!(matches!(err, InstallError::Conflict { .. }), "{err:?}");
+        assert_eq!(runner.take().len(), 1);
+        assert_eq!(*stored.borrow(), Some(altered));
     }
 
     #[test]

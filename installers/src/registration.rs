@@ -195,20 +195,38 @@ impl Registration {
 
     /// The arguments after the program: `<verb> --workspace W --scope-root R --marsh M --sbx S`.
     pub fn args(&self, verb: &str) -> Vec<String> {
-        [
-            verb,
-            "--workspace",
-            &self.workspace,
-            "--scope-root",
-            &self.root,
-            "--marsh",
-            &self.marsh,
-            "--sbx",
-            &self.sbx,
-        ]
-        .iter()
-        .map(|s| (*s).to_string())
-        .collect()
+        self.args_after(&[verb])
+    }
+
+    /// What a Codex or Claude registration launches: `connect --start --workspace W
+    /// --scope-root R --marsh M --sbx S`, a proxy to the root's broker (started on
+    /// demand, exiting when idle), so any number of sessions share one workspace.
+    pub fn client_args(&self) -> Vec<String> {
+        self.args_after(&["connect", "--start"])
+    }
+
+    /// What the previous release registered with Codex and Claude (a direct `serve`);
+    /// `install` upgrades exactly this entry.
+    pub fn previous_client_args(&self) -> Vec<String> {
+        self.args("serve")
+    }
+
+    fn args_after(&self, verbs: &[&str]) -> Vec<String> {
+        verbs
+            .iter()
+            .copied()
+            .chain([
+                "--workspace",
+                &self.workspace,
+                "--scope-root",
+                &self.root,
+                "--marsh",
+                &self.marsh,
+                "--sbx",
+                &self.sbx,
+            ])
+            .map(str::to_string)
+            .collect()
     }
 }
 

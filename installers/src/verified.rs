@@ -1,7 +1,9 @@
 //! The one registration discipline every client follows: read the entry first; an
 //! identical one is a no-op, a different one is refused untouched; only an absent one
 //! is written, and what was written is read back and compared before success is
-//! claimed. Removal likewise touches only an entry the store accepts as its own.
+//! claimed. The one exception is an entry exactly equal to what the previous release
+//! wrote (a store's "upgradable previous form"): install replaces it (remove, add,
+//! read back). Removal likewise touches only an entry the store accepts as its own.
 
 use serde_json::Value;
 
@@ -16,6 +18,11 @@ pub trait ClientStore {
     /// What differs from the expected definition, or `None` when identical (for a
     /// removal store: when the entry is one it may remove).
     fn difference(&self, found: &Value) -> Option<String>;
+    /// Whether `found` is exactly the previous release's definition of this entry,
+    /// which `install` replaces. None by default.
+    fn upgradable(&self, _found: &Value) -> bool {
+        false
+    }
     fn remove(&self) -> Result<(), InstallError>;
 }
 
@@ -43,19 +50,26 @@ pub fn install_entry<S: ClientWriter>(
     name: &str,
     detail: &str,
 ) -> Result<String, InstallError> {
+    let mut done = "registered";
     if let Some(found) = store.read()? {
-        return match store.difference(&found) {
-            None => Ok(format!(
-                "{} already has {name} exactly as expected; nothing changed",
-                S::CLIENT
-            )),
-            Some(difference) => Err(conflict::<S>(name, difference)),
-        };
+        match store.difference(&found) {
+            None => {
+                return Ok(format!(
+                    "{} already has {name} exactly as expected; nothing changed",
+                    S::CLIENT
+                ));
+            }
+            Some(_) if store.upgradable(&found) => {
+                store.remove()?;
+                done = "upgraded the previous release's entry";
+            }
+            Some(difference) => return Err(conflict::<S>(name, difference)),
+        }
     }
     store.add()?;
     let difference = match store.read()? {
         Some(found) => match store.difference(&found) {
-            None => return Ok(format!("registered {name} with {} ({detail})", S::CLIENT)),
+            None => return Ok(format!("{done} {name} with {} ({detail})", S::CLIENT)),
             Some(difference) => difference,
         },
         None => "no entry".to_string(),
@@ -105,6 +119,8 @@ mod tests {
         add_writes_other: bool,
         /// `add` succeeds but stores nothing.
         add_writes_nothing: bool,
+        /// The previous release's definition, which install replaces.
+        previous: Option<Value>,
     }
 
     impl Fake {
@@ -116,6 +132,7 @@ mod tests {
                 removes: Cell::new(0),
                 add_writes_other: false,
                 add_writes_nothing: false,
+                previous: None,
             }
         }
 
@@ -133,6 +150,10 @@ mod tests {
 
         fn difference(&self, found: &Value) -> Option<String> {
             (*found != self.expected).then(|| format!("found {found}"))
+        }
+
+        fn upgradable(&self, found: &Value) -> bool {
+            self.previous.as_ref() == Some(found)
         }
 
         fn remove(&self) -> Result<(), InstallError> {
@@ -223,6 +244,51 @@ mod tests {
             "{err:?}"
         );
         assert_eq!(store.adds.get(), 1);
+    }
+
+    fn old() -> Option<Value> {
+        Some(json!({"command": "marsh-mcp", "args": ["serve"]}))
+    }
+
+    #[test]
+    fn install_replaces_exactly_the_previous_form_and_verifies() {
+        let store = Fake {
+            previous: old(),
+            ..Fake::holding(old())
+        };
+        let message = install(&store, &sample(Client::Codex)).unwrap();
+        assert!(
+            message.starts_with(
+                "upgraded the previous release's entry marsh-dev-0123456789ab with fake"
+            ),
+            "{message}"
+        );
+        assert_eq!((store.removes.get(), store.adds.get()), (1, 1));
+        assert_eq!(*store.entry.borrow(), store.expected());
+    }
+
+    #[test]
+    fn install_refuses_anything_but_the_exact_previous_form() {
+        let store = Fake {
+            previous: old(),
+            ..Fake::holding(foreign())
+        };
+        let err = install(&store, &sample(Client::Codex)).unwrap_err();
+        assert!(matches!(err, InstallError::Conflict { .. }), "{err:?}");
+        assert_eq!((store.removes.get(), store.adds.get()), (0, 0));
+        assert_eq!(*store.entry.borrow(), foreign());
+    }
+
+    #[test]
+    fn uninstall_leaves_the_previous_form() {
+        let store = Fake {
+            previous: old(),
+            ..Fake::holding(old())
+        };
+        let err = uninstall(&store, &sample(Client::Codex)).unwrap_err();
+        assert!(matches!(err, InstallError::Conflict { .. }), "{err:?}");
+        assert_eq!(store.removes.get(), 0);
+        assert_eq!(*store.entry.borrow(), old());
     }
 
     #[test]

@@ -17,13 +17,18 @@ use super::fingerprint::BrokerIdentity;
 use super::http::Broker;
 use super::runtime_dir::RuntimeDir;
 use super::token::{TokenError, create_or_read_token, read_token};
-use crate::cli::ServeArgs;
+use crate::cli::{DEFAULT_IDLE_EXIT_SECS, ServeArgs};
 use crate::startup::{StartupError, Validated, Workspace, default_broker_root, validate};
 
 /// How long `broker-start` waits for a spawned broker to answer, and `broker-stop`
 /// (or a replacement) for an old one to go away.
 const START_BOUND: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(50);
+/// How often an idle-exiting broker looks at its sessions and operations.
+const IDLE_POLL: Duration = Duration::from_millis(250);
+/// How many times `connect --start` (re)starts a broker that went away (idle exit)
+/// between its probe and the session request.
+const START_ATTEMPTS: usize = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -64,6 +69,11 @@ pub enum ControlError {
     Identity(#[source] std::io::Error),
     #[error("connect: {0}")]
     Lost(String),
+    #[error("cannot take the broker start lock {path}: {source}")]
+    StartLock {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// `path` made absolute against this process's cwd (nothing resolved or created).
@@ -228,6 +238,29 @@ async fn wait_gone(client: &BrokerClient, pid: u64) -> Result<(), ControlError> 
     })
 }
 
+/// Takes the runtime directory's start lock (blocking, off the reactor); released when
+/// the returned file is dropped. The file is close-on-exec, so a spawned broker never
+/// holds it.
+async fn start_lock(dir: &RuntimeDir) -> Result<std::fs::File, ControlError> {
+    let path = dir.start_lock();
+    let failed = |source| ControlError::StartLock {
+        path: path.display().to_string(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(failed)?;
+    tokio::task::spawn_blocking(move || file.lock().map(|()| file))
+        .await
+        .map_err(|e| failed(std::io::Error::other(e)))?
+        .map_err(failed)
+}
+
 /// `broker-start`: validate, prepare the runtime directory and token, then reuse a
 /// compatible broker, replace an idle incompatible one, refuse a busy one, or spawn.
 pub async fn broker_start(
@@ -241,6 +274,7 @@ pub async fn broker_start(
         dir,
     } = configured(args, env)?;
     dir.prepare().map_err(ControlError::RuntimeDir)?;
+    let _starting = start_lock(&dir).await?;
     let token = create_or_read_token(&dir.token())?;
     let client = BrokerClient::new(&dir.socket(), token);
     if let Ok(probe) = client.probe().await {
@@ -323,23 +357,83 @@ pub async fn broker_stop(
     Ok(format!("broker stopped (pid {pid})"))
 }
 
-/// `connect`: one stdio client to one broker session. Never creates the token.
-pub async fn connect(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<(), ControlError> {
+type Session = hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>;
+
+/// One session on the running broker of `args`' root. Never creates the token.
+async fn open_session(
+    args: &ServeArgs,
+    env: &[(OsString, OsString)],
+) -> Result<Session, ControlError> {
     let (args, _) = with_root(args, env)?;
     let dir = client_runtime_dir(&canonical_root(&args), env);
     dir.verify().map_err(|_| ControlError::NotRunning)?;
     let token = read_token(&dir.token())?;
-    let session = BrokerClient::new(&dir.socket(), token)
+    Ok(BrokerClient::new(&dir.socket(), token)
         .open_session()
-        .await?;
+        .await?)
+}
+
+/// `connect`: one stdio client to one broker session. Never creates the token.
+pub async fn connect(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<(), ControlError> {
+    relay_session(open_session(args, env).await?).await
+}
+
+/// `connect --start`: [`broker_start`] (reuse a compatible broker or start one, which
+/// exits after `--idle-exit-secs`, default [`DEFAULT_IDLE_EXIT_SECS`], when idle), then
+/// [`connect`]. A broker that idles out between the two is started again.
+pub async fn connect_start(
+    args: &ServeArgs,
+    env: &[(OsString, OsString)],
+) -> Result<(), ControlError> {
+    let mut args = args.clone();
+    args.idle_exit_secs.get_or_insert(DEFAULT_IDLE_EXIT_SECS);
+    let mut attempt = 0;
+    let session = loop {
+        attempt += 1;
+        let started = broker_start(&args, env).await?;
+        tracing::info!("{started}");
+        match open_session(&args, env).await {
+            Ok(session) => break session,
+            Err(ControlError::Client(
+                ClientError::Unreachable { .. }
+                | ClientError::Handshake(_)
+                | ClientError::Refused { status: 503, .. },
+            )) if attempt < START_ATTEMPTS => {
+                tracing::info!("the broker went away before the session opened; starting again");
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    relay_session(session).await
+}
+
+async fn relay_session(session: Session) -> Result<(), ControlError> {
     match relay(client_stdin(), client_stdout(), session).await {
         RelayEnd::Clean | RelayEnd::ClientGone => Ok(()),
         RelayEnd::Lost(why) => Err(ControlError::Lost(why)),
     }
 }
 
+/// Stops `broker` once it has had no session attached and no operation running for
+/// `period` without a break.
+async fn exit_when_idle(broker: Arc<Broker>, period: Duration) {
+    let mut idle_since = tokio::time::Instant::now();
+    loop {
+        tokio::time::sleep(IDLE_POLL).await;
+        let (running, _) = broker.ctx.ops.counts();
+        if broker.sessions() > 0 || running > 0 {
+            idle_since = tokio::time::Instant::now();
+        } else if idle_since.elapsed() >= period {
+            tracing::info!(?period, "no session and no running operation; exiting");
+            broker.request_stop();
+            return;
+        }
+    }
+}
+
 /// `broker-run`: the resident broker. Takes the lease, binds the socket, serves until
-/// stopped (HTTP stop, SIGTERM or SIGINT), then removes its socket and pid file.
+/// stopped (HTTP stop, SIGTERM or SIGINT, or `--idle-exit-secs` of idleness), then
+/// removes its socket and pid file.
 pub async fn broker_run(
     args: &ServeArgs,
     env: &[(OsString, OsString)],
@@ -347,10 +441,10 @@ pub async fn broker_run(
     // Leave the starter's session so its terminal and signals are not ours.
     let _ = nix::unistd::setsid();
     let Configured {
+        args,
         validated,
         identity,
         dir,
-        ..
     } = configured(args, env)?;
     dir.verify().map_err(ControlError::RuntimeDir)?;
     let token = read_token(&dir.token())?;
@@ -385,6 +479,12 @@ pub async fn broker_run(
             signals.request_stop();
         }
     });
+    if let Some(secs) = args.idle_exit_secs.filter(|s| *s > 0) {
+        tokio::spawn(exit_when_idle(
+            Arc::clone(&broker),
+            Duration::from_secs(secs),
+        ));
+    }
     tracing::info!(pid = std::process::id(), "broker serving");
     broker.serve(listener).await;
     let _ = std::fs::remove_file(&socket);

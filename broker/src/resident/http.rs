@@ -211,6 +211,13 @@ impl Broker {
                 "POST /v1/session needs `Upgrade: mcp-lines`",
             );
         }
+        if *self.stop.borrow() {
+            return refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "stopping",
+                "the broker is stopping; start it again",
+            );
+        }
         if self.sessions.fetch_add(1, Ordering::AcqRel) >= MAX_SESSIONS {
             self.sessions.fetch_sub(1, Ordering::AcqRel);
             return refusal(

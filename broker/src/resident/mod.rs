@@ -8,4 +8,6 @@ mod http;
 mod runtime_dir;
 mod token;
 
-pub(crate) use control::{broker_pid_of_root, broker_run, broker_start, broker_stop, connect};
+pub(crate) use control::{
+    broker_pid_of_root, broker_run, broker_start, broker_stop, connect, connect_start,
+};

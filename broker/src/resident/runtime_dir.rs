@@ -51,6 +51,12 @@ impl RuntimeDir {
         self.dir.join("auth-token")
     }
 
+    /// Held (flock) by a starter from its probe until its broker answers, so
+    /// concurrent starters spawn one broker and agree on one token.
+    pub fn start_lock(&self) -> PathBuf {
+        self.dir.join("start.lock")
+    }
+
     pub fn pid(&self) -> PathBuf {
         self.dir.join("broker.pid")
     }

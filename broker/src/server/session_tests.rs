@@ -59,6 +59,7 @@ fn fixture() -> Fixture {
         allow_full_sbx_control: false,
         declaration: None,
         expected_generation: None,
+        idle_exit_secs: None,
     };
     let user_home = base.join("user-home");
     std::fs::create_dir(&user_home).unwrap();

@@ -68,11 +68,12 @@ pub(crate) const MAX_BYTES: Bound = Bound {
     max: 262_144,
     default: 65_536,
 };
+/// 0 (the default) reads forward from `since_seq` instead.
 pub(crate) const TAIL_LINES: Bound = Bound {
     name: "tail_lines",
-    min: 1,
+    min: 0,
     max: 10_000,
-    default: 10,
+    default: 0,
 };
 pub(crate) const RESULTS_LIMIT: Bound = Bound {
     name: "limit",
@@ -115,6 +116,7 @@ pub(crate) struct ShellRunArgs {
     #[schemars(range(min = MAX_BYTES.min, max = MAX_BYTES.max), extend("default" = MAX_BYTES.default))]
     pub max_bytes: Option<u64>,
     /// Include `*_base64` views even when the output is valid UTF-8.
+    #[schemars(extend("default" = false))]
     pub include_base64: Option<bool>,
 }
 
@@ -175,16 +177,20 @@ pub(crate) struct OperationGetArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct OperationOutputArgs {
+    /// The opaque id returned when the operation was created.
     pub operation_id: String,
-    /// Byte cursor: pass the previous response's `next_seq` (default 0 = from the start).
+    /// Byte cursor: pass the previous response's `next_seq` (0 = from the start).
+    #[schemars(extend("default" = 0))]
     pub since_seq: Option<u64>,
-    /// Instead of reading forward, return the newest N lines of each stream.
-    #[schemars(range(min = TAIL_LINES.min, max = TAIL_LINES.max))]
+    /// Return the newest N lines of each stream instead of reading forward (0 = read
+    /// forward); not together with since_seq.
+    #[schemars(range(min = TAIL_LINES.min, max = TAIL_LINES.max), extend("default" = TAIL_LINES.default))]
     pub tail_lines: Option<u64>,
     /// Output bytes to include.
     #[schemars(range(min = MAX_BYTES.min, max = MAX_BYTES.max), extend("default" = MAX_BYTES.default))]
     pub max_bytes: Option<u64>,
     /// Include `*_base64` views even when the output is valid UTF-8.
+    #[schemars(extend("default" = false))]
     pub include_base64: Option<bool>,
 }
 

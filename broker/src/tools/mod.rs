@@ -65,15 +65,73 @@ pub(crate) fn object(value: Value) -> Map<String, Value> {
     }
 }
 
+/// `T`'s input schema as clients need it: optional parameters typed plainly
+/// (`integer`, not `["integer", "null"]`) with their `default`, so form-based clients
+/// and CLIs can set them. An explicit `null` is still accepted (it means the default).
 fn schema_of<T: JsonSchema>() -> Arc<JsonObject> {
     let schema = schemars::schema_for!(T);
     match serde_json::to_value(schema) {
         Ok(Value::Object(mut map)) => {
+            // The tool's own title and description say this; `$schema` is implied.
             map.remove("$schema");
             map.remove("title");
+            map.remove("description");
+            let defs = map.remove("$defs");
+            if let Some(Value::Object(props)) = map.get_mut("properties") {
+                props.values_mut().for_each(plain_property);
+                if let Some(Value::Object(defs)) = &defs {
+                    props.values_mut().for_each(|p| inline_ref(p, defs));
+                }
+            }
+            // Kept only if something still refers to it.
+            if let Some(defs) = defs
+                && map
+                    .get("properties")
+                    .is_some_and(|p| p.to_string().contains("$ref"))
+            {
+                map.insert("$defs".into(), defs);
+            }
             Arc::new(map)
         }
         _ => Arc::new(JsonObject::new()),
+    }
+}
+
+/// A property that is a `{"$ref": "#/$defs/X"}` becomes X itself (an enum such as
+/// `qualify`'s `gate`), so a client sees its type without resolving references.
+fn inline_ref(property: &mut Value, defs: &Map<String, Value>) {
+    let Value::Object(p) = property else { return };
+    let target = p
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix("#/$defs/"))
+        .and_then(|name| defs.get(name));
+    if let Some(Value::Object(def)) = target {
+        let def = def.clone();
+        p.remove("$ref");
+        for (key, value) in def {
+            p.entry(key).or_insert(value);
+        }
+    }
+}
+
+/// One property without `null` in its type, without the non-standard `format: uint64`
+/// (`minimum` states the sign) and with its doc comment on one line.
+fn plain_property(property: &mut Value) {
+    let Value::Object(p) = property else { return };
+    if let Some(Value::Array(types)) = p.get("type") {
+        let mut types: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+        let plain = match types.len() {
+            1 => types.remove(0),
+            _ => Value::Array(types),
+        };
+        p.insert("type".into(), plain);
+    }
+    if p.get("format").is_some_and(|f| f == "uint64") {
+        p.remove("format");
+    }
+    if let Some(Value::String(text)) = p.get_mut("description") {
+        *text = text.replace('\n', " ");
     }
 }
 
@@ -184,11 +242,13 @@ fn catalog_entry(tool: ToolName, project: &str) -> Tool {
         Addressing::ScopeArgument => scoped::with_scope_id(schema),
         Addressing::DefaultScope | Addressing::Unscoped => schema,
     };
-    let mut annotations = ToolAnnotations::new();
-    annotations.read_only_hint = Some(tool.read_only());
-    annotations.destructive_hint = Some(false);
-    annotations.open_world_hint = Some(false);
+    let annotations = ToolAnnotations::new()
+        .read_only(tool.read_only())
+        .destructive(tool.destructive())
+        .idempotent(tool.idempotent())
+        .open_world(tool.open_world());
     Tool::new(tool.as_str(), description, schema)
+        .with_title(tool.title())
         .with_raw_output_schema(envelope_schema())
         .with_annotations(annotations)
 }
@@ -309,10 +369,87 @@ mod tests {
                 "{}",
                 t.name
             );
-            assert_eq!(
-                t.annotations.as_ref().and_then(|a| a.read_only_hint),
-                Some(tool.read_only())
-            );
+            assert_eq!(t.title.as_deref(), Some(tool.title()));
+            let hints = t.annotations.as_ref().unwrap();
+            assert_eq!(hints.read_only_hint, Some(tool.read_only()));
+            assert_eq!(hints.destructive_hint, Some(tool.destructive()));
+            assert_eq!(hints.idempotent_hint, Some(tool.idempotent()));
+            assert_eq!(hints.open_world_hint, Some(tool.open_world()));
         }
+        let hints = |name: ToolName| tools[name as usize].annotations.clone().unwrap();
+        assert_eq!(hints(ToolName::ShellRun).destructive_hint, Some(true));
+        assert_eq!(hints(ToolName::ScopeRemove).destructive_hint, Some(true));
+        assert_eq!(hints(ToolName::Qualify).destructive_hint, Some(true));
+        assert_eq!(hints(ToolName::Prewarm).destructive_hint, Some(false));
+        assert_eq!(hints(ToolName::Status).read_only_hint, Some(true));
+    }
+
+    /// Every `type` in `schema`, at any depth.
+    fn types(schema: &Value, found: &mut Vec<Value>) {
+        match schema {
+            Value::Object(map) => {
+                for (key, value) in map {
+                    if key == "type" {
+                        found.push(value.clone());
+                    }
+                    types(value, found);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| types(v, found)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn optional_parameters_are_plainly_typed_with_a_default() {
+        for t in catalog("ws") {
+            let schema = Value::Object((*t.input_schema).clone());
+            let mut found = Vec::new();
+            types(&schema, &mut found);
+            for ty in found {
+                assert!(ty.is_string(), "{}: {ty}", t.name);
+                assert_ne!(ty, "null", "{}", t.name);
+            }
+            let required = schema["required"].as_array().cloned().unwrap_or_default();
+            if let Some(props) = schema["properties"].as_object() {
+                for (name, prop) in props {
+                    if !required.contains(&Value::from(name.as_str())) {
+                        assert!(prop.get("default").is_some(), "{}.{name}", t.name);
+                    }
+                    assert!(prop.get("format").is_none(), "{}.{name}", t.name);
+                }
+            }
+        }
+        let qualify = catalog("ws").remove(ToolName::Qualify as usize);
+        assert_eq!(qualify.input_schema["properties"]["gate"]["type"], "string");
+        assert!(qualify.input_schema.get("$defs").is_none());
+        let shell = catalog("ws").remove(ToolName::ShellRun as usize);
+        let props = &shell.input_schema["properties"];
+        assert_eq!(props["wait_ms"]["type"], "integer");
+        assert_eq!(props["wait_ms"]["default"], args::WAIT.default);
+        assert_eq!(props["include_base64"]["type"], "boolean");
+        assert_eq!(props["include_base64"]["default"], false);
+    }
+
+    /// Every byte of `tools/list` is read by the model each session.
+    #[test]
+    fn tools_list_stays_small() {
+        let body = serde_json::json!({"tools": catalog("workspace")}).to_string();
+        eprintln!("tools/list result: {} bytes", body.len());
+        assert!(body.len() <= 24 * 1024, "{} bytes", body.len());
+    }
+
+    #[test]
+    fn explicit_null_still_means_the_default() {
+        let mut arguments = Map::new();
+        arguments.insert("command".into(), Value::from("true"));
+        arguments.insert("wait_ms".into(), Value::Null);
+        arguments.insert("include_base64".into(), Value::Null);
+        let parsed: args::ShellRunArgs = args::parse(Some(arguments)).unwrap();
+        assert_eq!(
+            args::WAIT.check(parsed.wait_ms).unwrap(),
+            args::WAIT.default
+        );
+        assert_eq!(parsed.include_base64, None);
     }
 }

@@ -35,19 +35,19 @@ pub(crate) async fn operation_get(ctx: &ServerContext, call: Call<'_>) -> ToolRe
 pub(crate) async fn operation_output(ctx: &ServerContext, call: Call<'_>) -> ToolResult {
     let a: OperationOutputArgs = call.parse()?;
     let max_bytes = args::max_bytes(a.max_bytes)?;
-    if a.tail_lines.is_some() && a.since_seq.is_some() {
+    // `tail_lines: 0` (its default) means no tail: read forward.
+    let tail_lines = args::TAIL_LINES.check(a.tail_lines)?;
+    if tail_lines > 0 && a.since_seq.is_some() {
         return Err(ToolError::invalid(
             "since_seq and tail_lines are mutually exclusive",
         ));
     }
     let op = ctx.ops.get(&a.operation_id, call.session)?;
     let status = op.status();
-    let read = match a.tail_lines {
-        Some(lines) => {
-            let lines = args::TAIL_LINES.check(Some(lines))?;
-            op.output().tail(lines as usize, max_bytes)
-        }
-        None => op.output().read_since(a.since_seq.unwrap_or(0), max_bytes),
+    let read = if tail_lines > 0 {
+        op.output().tail(tail_lines as usize, max_bytes)
+    } else {
+        op.output().read_since(a.since_seq.unwrap_or(0), max_bytes)
     };
     let opts = ViewOptions {
         include_base64: a.include_base64.unwrap_or(false),
@@ -66,7 +66,7 @@ pub(crate) async fn operation_output(ctx: &ServerContext, call: Call<'_>) -> Too
                 && status.output_drained
                 && !read.capped
                 && !read.evicted
-                && a.tail_lines.is_none(),
+                && tail_lines == 0,
         ),
     );
     if read.capped {

@@ -34,7 +34,7 @@ pub(crate) fn with_scope_id(schema: Arc<JsonObject>) -> Arc<JsonObject> {
             "scope_id".into(),
             json!({
                 "type": "string",
-                "description": "`default` or a scope id returned by scope_start (canonical lowercase UUID)",
+                "description": "`default` or an id scope_start returned",
                 "pattern": "^(default|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$"
             }),
         );

@@ -8,15 +8,17 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use marsh_tests::{Sandbox, Server, npm_bin};
+
+use super::sessions::{BrokersUnder, broker_pids};
 use serde_json::{Value, json};
 
-struct Clients {
-    path: String,
-    codex_home: PathBuf,
-    claude_dir: PathBuf,
+pub(crate) struct Clients {
+    pub(crate) path: String,
+    pub(crate) codex_home: PathBuf,
+    pub(crate) claude_dir: PathBuf,
 }
 
-fn clients(sb: &Sandbox) -> Clients {
+pub(crate) fn clients(sb: &Sandbox) -> Clients {
     let bin = npm_bin("codex").parent().unwrap().to_path_buf();
     let codex_home = sb.state().join("codex");
     let claude_dir = sb.state().join("claude");
@@ -29,7 +31,7 @@ fn clients(sb: &Sandbox) -> Clients {
     }
 }
 
-fn marsh_mcp(sb: &Sandbox, c: &Clients, args: &[&str]) -> (Option<i32>, String) {
+pub(crate) fn marsh_mcp(sb: &Sandbox, c: &Clients, args: &[&str]) -> (Option<i32>, String) {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     let out = sb
         .marsh_mcp(&args, &[])
@@ -45,7 +47,7 @@ fn marsh_mcp(sb: &Sandbox, c: &Clients, args: &[&str]) -> (Option<i32>, String) 
     )
 }
 
-fn client(sb: &Sandbox, c: &Clients, program: &str, args: &[&str]) -> Output {
+pub(crate) fn client(sb: &Sandbox, c: &Clients, program: &str, args: &[&str]) -> Output {
     Command::new(npm_bin(program))
         .args(args)
         .env_clear()
@@ -118,6 +120,7 @@ pub(crate) fn codex_app_thread(mut cmd: Command, cwd: &std::path::Path) -> (Serv
 #[test]
 fn codex_install_is_verified_idempotent_refuses_foreign_entries_and_serves_all_tools() {
     let sb = Sandbox::new();
+    let _brokers = BrokersUnder(sb.state());
     let c = clients(&sb);
     let name = server_name(&sb);
     let (code, stderr) = marsh_mcp(&sb, &c, &["install", "codex"]);
@@ -129,8 +132,9 @@ fn codex_install_is_verified_idempotent_refuses_foreign_entries_and_serves_all_t
         got["transport"]["command"],
         sb.prefix.bin("marsh-mcp").display().to_string()
     );
-    assert_eq!(got["transport"]["args"][0], "serve");
-    let root = got["transport"]["args"][4].as_str().unwrap().to_string();
+    assert_eq!(got["transport"]["args"][0], "connect");
+    assert_eq!(got["transport"]["args"][1], "--start");
+    let root = got["transport"]["args"][5].as_str().unwrap().to_string();
     assert!(
         root.starts_with(
             &c.codex_home
@@ -189,7 +193,11 @@ fn codex_install_is_verified_idempotent_refuses_foreign_entries_and_serves_all_t
     // A hand-modified entry is refused and left byte-identical; uninstall refuses it too.
     let config = c.codex_home.join("config.toml");
     let original = fs::read_to_string(&config).unwrap();
-    let modified = original.replacen("\"serve\"", "\"serve\", \"--allow-full-sbx-control\"", 1);
+    let modified = original.replacen(
+        "\"--start\"",
+        "\"--start\", \"--allow-full-sbx-control\"",
+        1,
+    );
     assert_ne!(original, modified);
     fs::write(&config, &modified).unwrap();
     let (code, stderr) = marsh_mcp(&sb, &c, &["install", "codex"]);
@@ -213,18 +221,29 @@ fn codex_install_is_verified_idempotent_refuses_foreign_entries_and_serves_all_t
 #[test]
 fn claude_install_connects_is_idempotent_and_refuses_a_foreign_entry() {
     let sb = Sandbox::new();
+    let _brokers = BrokersUnder(sb.state());
     let c = clients(&sb);
     let name = server_name(&sb);
     let (code, stderr) = marsh_mcp(&sb, &c, &["install", "claude"]);
     assert_eq!(code, Some(0), "{stderr}");
-    let get = client(&sb, &c, "claude", &["mcp", "get", &name]);
-    let text = String::from_utf8_lossy(&get.stdout);
-    assert!(
-        text.contains("✔ Connected"),
-        "{text}\n{}",
-        String::from_utf8_lossy(&get.stderr)
-    );
-    assert!(text.contains("Local"), "{text}");
+    // Two concurrent Claude connections, each through its own `connect --start`.
+    let gets: Vec<Output> = std::thread::scope(|scope| {
+        let runs: Vec<_> = (0..2)
+            .map(|_| scope.spawn(|| client(&sb, &c, "claude", &["mcp", "get", &name])))
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    for get in &gets {
+        let text = String::from_utf8_lossy(&get.stdout);
+        assert!(
+            text.contains("✔ Connected"),
+            "{text}\n{}",
+            String::from_utf8_lossy(&get.stderr)
+        );
+        assert!(text.contains("Local"), "{text}");
+        assert!(text.contains("connect --start"), "{text}");
+    }
+    assert_eq!(broker_pids(&sb.state()).len(), 1, "one broker for both");
     assert!(
         !sb.workspace().join(".mcp.json").exists(),
         "never the shared project file"

@@ -17,5 +17,6 @@ mod published_codex;
 mod python_client;
 mod sandbox;
 mod scopes;
+mod sessions;
 mod shell_run;
 mod startup;

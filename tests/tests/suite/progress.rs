@@ -92,13 +92,17 @@ fn progress_only_with_a_token_for_operation_get_and_lifecycle_waits() {
         progress.len()
     );
     assert_increasing(&progress);
-    // Output bytes so far: `partial` was written before the wait began.
-    let last = notes.last().expect("a notification");
+    // Output bytes so far: `partial` was written before the wait began, `done` only
+    // after 3 s, so the first notification (0.5 s in) counts exactly those 7 bytes.
+    let first = notes
+        .iter()
+        .find(|n| n["method"] == "notifications/progress")
+        .expect("a notification");
     assert!(
-        last["params"]["message"]
+        first["params"]["message"]
             .as_str()
             .is_some_and(|m| m.contains("stdout 7")),
-        "{last}"
+        "{first}"
     );
     assert_silent(&server, Duration::from_millis(1500));
 

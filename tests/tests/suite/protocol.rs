@@ -149,6 +149,71 @@ fn tools_list_is_the_exact_catalog_with_closed_schemas() {
     }
 }
 
+/// Every tool has a title and truthful hints, and every optional parameter is plainly
+/// typed (form-based clients and CLIs cannot set `["integer", "null"]`) with a default.
+#[test]
+fn tools_list_titles_hints_and_plain_optional_parameters() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb, &sb.serve_home_args(&[]), &[]);
+    let reply = s.request("tools/list", json!({}));
+    let body = reply["result"].to_string();
+    assert!(
+        body.len() <= 24 * 1024,
+        "tools/list is {} bytes",
+        body.len()
+    );
+    let tools = reply["result"]["tools"].as_array().unwrap();
+    let tool = |name: &str| tools.iter().find(|t| t["name"] == name).unwrap();
+    for t in tools {
+        let title = t["title"].as_str().unwrap_or_default();
+        assert!(!title.is_empty(), "{}", t["name"]);
+        for hint in [
+            "readOnlyHint",
+            "destructiveHint",
+            "idempotentHint",
+            "openWorldHint",
+        ] {
+            assert!(t["annotations"][hint].is_boolean(), "{} {hint}", t["name"]);
+        }
+        let schema = &t["inputSchema"];
+        assert!(!schema.to_string().contains("\"null\""), "{schema}");
+        let required = schema["required"].as_array().cloned().unwrap_or_default();
+        for (name, prop) in schema["properties"].as_object().into_iter().flatten() {
+            assert!(prop["type"].is_string(), "{}.{name}", t["name"]);
+            if !required.contains(&json!(name)) {
+                assert!(prop.get("default").is_some(), "{}.{name}", t["name"]);
+            }
+        }
+    }
+    for name in [
+        "shell_run",
+        "scope_run",
+        "qualify",
+        "scope_remove",
+        "workers_reset",
+    ] {
+        assert_eq!(tool(name)["annotations"]["destructiveHint"], true, "{name}");
+        assert_eq!(tool(name)["annotations"]["readOnlyHint"], false, "{name}");
+    }
+    assert_eq!(tool("shell_run")["annotations"]["idempotentHint"], false);
+    assert_eq!(tool("status")["annotations"]["readOnlyHint"], true);
+    assert_eq!(tool("status")["annotations"]["destructiveHint"], false);
+    assert_eq!(tool("prewarm")["annotations"]["destructiveHint"], false);
+    assert_eq!(tool("shell_run")["title"], "Run a shell command");
+    let run = &tool("shell_run")["inputSchema"]["properties"];
+    assert_eq!(run["wait_ms"]["type"], "integer");
+    assert_eq!(run["wait_ms"]["default"], 15_000);
+    assert_eq!(run["include_base64"]["type"], "boolean");
+    assert_eq!(run["include_base64"]["default"], false);
+    // An explicit null is still accepted and means the default.
+    let reply = s.request(
+        "tools/call",
+        json!({"name": "shell_run", "arguments": {"command": "echo hi", "wait_ms": null, "include_base64": null}}),
+    );
+    assert_eq!(reply["result"]["structuredContent"]["ok"], true, "{reply}");
+    s.close();
+}
+
 #[test]
 fn invalid_arguments_are_rejected_before_any_child_starts() {
     let sb = Sandbox::new();

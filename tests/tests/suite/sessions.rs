@@ -1,0 +1,330 @@
+//! Many sessions per workspace: `connect --start` proxies share one auto-started
+//! broker that exits when idle, and Codex registrations launch it (upgrading the
+//! previous release's `serve` entry).
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use marsh_tests::{Sandbox, Server, host_processes_with, npm_bin};
+use serde_json::{Value, json};
+
+use super::install_clients::{app_request, client, clients, codex_app_thread, marsh_mcp};
+
+/// `connect --start` with the sandbox's broker arguments plus `extra`.
+fn connect_start_args(sb: &Sandbox, extra: &[&str]) -> Vec<String> {
+    let mut args = sb.broker_args("connect", extra);
+    args.insert(1, "--start".into());
+    args
+}
+
+fn alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
+
+/// The pids of `broker-run` processes whose command line names `marker`.
+pub(crate) fn broker_pids(marker: &Path) -> Vec<i32> {
+    host_processes_with(&marker.display().to_string())
+        .iter()
+        .filter(|line| line.contains(" broker-run "))
+        .filter_map(|line| line.split(':').next()?.parse().ok())
+        .collect()
+}
+
+/// On drop, SIGKILLs every broker whose command line names `marker` (brokers started
+/// by a client's `connect --start`) and removes their runtime directories when those
+/// fell back to `/tmp` (a client may not pass `XDG_RUNTIME_DIR` on).
+pub(crate) struct BrokersUnder(pub std::path::PathBuf);
+
+impl Drop for BrokersUnder {
+    fn drop(&mut self) {
+        for pid in broker_pids(&self.0) {
+            let log = fs::read_link(format!("/proc/{pid}/fd/2")).ok();
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            if let Some(dir) = log.as_deref().and_then(Path::parent)
+                && dir.starts_with("/tmp")
+                && dir
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("marsh-mcp-"))
+            {
+                let _ = fs::remove_dir_all(dir);
+            }
+        }
+    }
+}
+
+fn spawn_connect_start(sb: &Sandbox, extra: &[&str]) -> Server {
+    Server::spawn(sb.marsh_mcp(&connect_start_args(sb, extra), &[]))
+}
+
+fn initialized(s: &mut Server) {
+    let init = s.initialize();
+    assert!(
+        init.get("result").is_some(),
+        "initialize failed: {init}; stderr: {}",
+        s.stderr()
+    );
+}
+
+#[test]
+fn two_connect_start_sessions_share_one_broker_but_not_operations() {
+    let sb = Sandbox::new();
+    let _brokers = BrokersUnder(sb.root());
+    // Both proxies start at once: they race to start the broker.
+    let mut a = spawn_connect_start(&sb, &[]);
+    let mut b = spawn_connect_start(&sb, &[]);
+    initialized(&mut a);
+    initialized(&mut b);
+    for s in [&mut a, &mut b] {
+        assert!(s.tool_names().contains(&"shell_run".to_string()));
+    }
+    let ran = a.ok("shell_run", json!({"command": "echo from-a"}));
+    assert_eq!(ran["stdout_text"], "from-a\n", "{ran}");
+    let ran = b.ok("shell_run", json!({"command": "echo from-b"}));
+    assert_eq!(ran["stdout_text"], "from-b\n", "{ran}");
+
+    let theirs = a.ok("shell_run", json!({"command": "sleep 30", "wait_ms": 0}))["operation_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mine = b.ok("shell_run", json!({"command": "sleep 30", "wait_ms": 0}))["operation_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        b.err_kind("operation_get", json!({"operation_id": theirs})),
+        "not_owner"
+    );
+    assert_eq!(
+        a.err_kind("operation_get", json!({"operation_id": mine})),
+        "not_owner"
+    );
+    assert_eq!(
+        a.ok("operation_get", json!({"operation_id": theirs}))["state"],
+        "running"
+    );
+    b.ok("operation_cancel", json!({"operation_id": mine}));
+    a.ok("operation_cancel", json!({"operation_id": theirs}));
+
+    let brokers = broker_pids(&sb.root());
+    assert_eq!(brokers.len(), 1, "one broker serves both: {brokers:?}");
+    assert_eq!(brokers[0], sb.broker_pid());
+    assert!(a.close().success());
+    assert!(b.close().success());
+}
+
+#[test]
+fn a_started_broker_exits_after_its_idle_period_and_a_plain_one_does_not() {
+    let sb = Sandbox::new();
+    let _brokers = BrokersUnder(sb.root());
+    let mut a = spawn_connect_start(&sb, &["--idle-exit-secs", "2"]);
+    let mut b = spawn_connect_start(&sb, &["--idle-exit-secs", "2"]);
+    initialized(&mut a);
+    initialized(&mut b);
+    let pid = sb.broker_pid();
+    // Attached sessions keep it, however long they stay quiet.
+    a.ok("shell_run", json!({"command": "true"}));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(alive(pid), "sessions are attached: the broker stays");
+    assert!(a.close().success());
+    assert!(b.close().success());
+    let closed = Instant::now();
+    while alive(pid) && closed.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!alive(pid), "the broker outlived its idle period");
+    let took = closed.elapsed();
+    assert!(
+        took >= Duration::from_millis(1500) && took <= Duration::from_secs(5),
+        "exited {took:?} after the last session closed"
+    );
+    let dir = sb.broker_dir().unwrap();
+    assert!(!dir.join("broker.sock").exists() && !dir.join("broker.pid").exists());
+
+    // A later `connect --start` starts a fresh broker.
+    let mut c = spawn_connect_start(&sb, &["--idle-exit-secs", "2"]);
+    initialized(&mut c);
+    let fresh = sb.broker_pid();
+    assert_ne!(fresh, pid);
+    assert!(c.close().success());
+    let closed = Instant::now();
+    while alive(fresh) && closed.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!alive(fresh));
+
+    // Plain broker-start keeps today's behaviour: no idle exit.
+    let (code, stderr) = sb.broker_start();
+    assert_eq!(code, Some(0), "{stderr}");
+    let plain = sb.broker_pid();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        alive(plain),
+        "a broker-start broker never idles out by itself"
+    );
+
+    // The flag belongs to broker modes only.
+    let mut serve = sb.serve_root_args(&["--idle-exit-secs", "5"]);
+    serve[4] = sb.state().join("other-root").display().to_string();
+    let (code, stderr) = sb.startup(&serve, &[]);
+    assert_ne!(code, Some(0));
+    assert!(
+        stderr.contains("--idle-exit-secs is accepted only by"),
+        "{stderr}"
+    );
+}
+
+/// The first string under `key` anywhere in `v`, also inside JSON-encoded strings.
+fn find_str(v: &Value, key: &str) -> Option<String> {
+    match v {
+        Value::Object(o) => o
+            .get(key)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| o.values().find_map(|x| find_str(x, key))),
+        Value::Array(a) => a.iter().find_map(|x| find_str(x, key)),
+        Value::String(s) => serde_json::from_str::<Value>(s)
+            .ok()
+            .filter(|x| x.is_object())
+            .and_then(|x| find_str(&x, key)),
+        _ => None,
+    }
+}
+
+#[test]
+fn two_codex_sessions_share_the_workspace_and_install_upgrades_the_old_serve_entry() {
+    let sb = Sandbox::new();
+    let _brokers = BrokersUnder(sb.state());
+    let c = clients(&sb);
+    let name =
+        marsh_scope_registry::server_name(&marsh_scope_registry::workspace_hash(&sb.workspace()));
+    let get = |sb: &Sandbox| -> Value {
+        let out = client(sb, &c, "codex", &["mcp", "get", &name, "--json"]);
+        serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    };
+    let (code, stderr) = marsh_mcp(&sb, &c, &["install", "codex"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let installed = get(&sb);
+    let args: Vec<String> = serde_json::from_value(installed["transport"]["args"].clone()).unwrap();
+    assert_eq!(args[..2], ["connect", "--start"], "{installed}");
+
+    let app = || {
+        let mut cmd = Command::new(npm_bin("codex"));
+        cmd.env_clear()
+            .env("PATH", &c.path)
+            .env("HOME", sb.state().join("user"))
+            .env("CODEX_HOME", &c.codex_home)
+            .current_dir(sb.workspace());
+        codex_app_thread(cmd, &sb.workspace())
+    };
+    let mut apps = [app(), app()];
+    let mut ids = Vec::new();
+    for (i, (app, thread)) in apps.iter_mut().enumerate() {
+        let status = app_request(
+            app,
+            "mcpServerStatus/list",
+            json!({"threadId": thread, "serverName": name}),
+        );
+        let entry = status["result"]["data"]
+            .as_array()
+            .and_then(|d| d.iter().find(|s| s["name"] == name.as_str()).cloned())
+            .unwrap_or_else(|| panic!("session {i}: {status}"));
+        assert!(
+            entry.get("toolsError").is_none_or(Value::is_null),
+            "session {i}: {entry}"
+        );
+        assert!(
+            entry["tools"]
+                .as_object()
+                .is_some_and(|t| t.contains_key("shell_run")),
+            "session {i}: {entry}"
+        );
+        let marker = format!("from-codex-{i}");
+        let call = app_request(
+            app,
+            "mcpServer/tool/call",
+            json!({"threadId": thread, "server": name, "tool": "shell_run",
+                   "arguments": {"command": format!("echo {marker}")}}),
+        );
+        assert!(call.to_string().contains(&marker), "session {i}: {call}");
+        let long = app_request(
+            app,
+            "mcpServer/tool/call",
+            json!({"threadId": thread, "server": name, "tool": "shell_run",
+                   "arguments": {"command": "sleep 30", "wait_ms": 0}}),
+        );
+        ids.push(find_str(&long, "operation_id").unwrap_or_else(|| panic!("session {i}: {long}")));
+    }
+    // Each session sees only its own operations.
+    for (i, (app, thread)) in apps.iter_mut().enumerate() {
+        let other = &ids[1 - i];
+        let got = app_request(
+            app,
+            "mcpServer/tool/call",
+            json!({"threadId": thread, "server": name, "tool": "operation_get",
+                   "arguments": {"operation_id": other}}),
+        );
+        assert!(got.to_string().contains("not_owner"), "session {i}: {got}");
+        let own = app_request(
+            app,
+            "mcpServer/tool/call",
+            json!({"threadId": thread, "server": name, "tool": "operation_cancel",
+                   "arguments": {"operation_id": ids[i]}}),
+        );
+        assert!(!own.to_string().contains("not_owner"), "session {i}: {own}");
+    }
+    assert_eq!(
+        broker_pids(&sb.state()).len(),
+        1,
+        "one broker serves both Codex sessions"
+    );
+    drop(apps);
+
+    // The previous release's `serve` entry is upgraded in place.
+    let at = |flag: &str| args[args.iter().position(|a| a == flag).unwrap() + 1].clone();
+    let command = installed["transport"]["command"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let old = |program: &str| {
+        let mut add = vec![
+            "mcp".to_string(),
+            "add".into(),
+            name.clone(),
+            "--".into(),
+            program.into(),
+            "serve".into(),
+        ];
+        for flag in ["--workspace", "--scope-root", "--marsh", "--sbx"] {
+            add.push(flag.into());
+            add.push(at(flag));
+        }
+        add
+    };
+    let codex = |args: &[String]| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = client(&sb, &c, "codex", &args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    };
+    let remove = ["mcp", "remove", &name].map(String::from);
+    codex(&remove);
+    codex(&old(&command));
+    assert_eq!(get(&sb)["transport"]["args"][0], "serve");
+    let (code, stderr) = marsh_mcp(&sb, &c, &["install", "codex"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("upgraded"), "{stderr}");
+    assert_eq!(get(&sb), installed);
+
+    // A foreign entry (another program, same shape) is refused and left as it is.
+    codex(&remove);
+    codex(&old("/usr/bin/somebody-else"));
+    let foreign = get(&sb);
+    let (code, stderr) = marsh_mcp(&sb, &c, &["install", "codex"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("different entry"), "{stderr}");
+    assert_eq!(get(&sb), foreign);
+}
