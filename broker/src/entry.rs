@@ -6,13 +6,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use marsh_installers::{Client, Environment, PublishedClient, Registration};
+use marsh_scope_registry::RegistryError;
 use tokio::runtime::Runtime;
 
 use crate::cli::{Cli, CliCommand, ConnectArgs, ServeArgs};
 use crate::client_runner::SupervisedRunner;
 use crate::resident;
-use crate::server::serve_session;
-use crate::startup::prepare;
+use crate::server::{refuse_first_request, serve_session};
+use crate::startup::{StartupError, prepare};
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("MARSH_MCP_LOG")
@@ -143,7 +144,28 @@ fn serve(
     args: &ServeArgs,
     env: &[(OsString, OsString)],
 ) -> anyhow::Result<ExitCode> {
-    let ctx = Arc::new(prepare(args, env)?);
+    let ctx = match prepare(args, env) {
+        Ok(ctx) => Arc::new(ctx),
+        Err(StartupError::Registry(inner)) if matches!(*inner, RegistryError::Leased { .. }) => {
+            // A client that only shows protocol errors would say "connection closed":
+            // the refusal (holder pid included, no path) goes into its initialize reply.
+            let message = format!(
+                "{}; several sessions share one workspace through `marsh-mcp connect --start` (what install codex|claude register)",
+                inner.caller_message()
+            );
+            // The pipe streams register with the reactor: made inside the runtime.
+            runtime.block_on(async {
+                let (stdin, stdout) = (
+                    marsh_connect_proxy::client_stdin(),
+                    marsh_connect_proxy::client_stdout(),
+                );
+                refuse_first_request(stdin, stdout, &message).await;
+            });
+            runtime.shutdown_background();
+            return Err(StartupError::Registry(inner).into());
+        }
+        Err(e) => return Err(e.into()),
+    };
     let outcome = runtime.block_on(async move {
         // Pipes are driven by the reactor, not tokio's blocking pool (see the proxy's
         // `client_stdin`): one thread handoff less per frame in each direction.

@@ -24,7 +24,8 @@ fn duplicate(fd: std::os::fd::BorrowedFd<'_>) -> Option<OwnedFd> {
     fd.try_clone_to_owned().ok()
 }
 
-/// Stdin as a buffered async reader: a reactor-driven pipe when it is one.
+/// Stdin as a buffered async reader: a reactor-driven pipe when it is one. Call it
+/// inside a Tokio runtime (the pipe registers with its reactor).
 pub fn client_stdin() -> Box<dyn AsyncBufRead + Unpin + Send> {
     let stdin = std::io::stdin();
     match duplicate(stdin.as_fd()).map(pipe::Receiver::from_owned_fd) {
@@ -33,7 +34,8 @@ pub fn client_stdin() -> Box<dyn AsyncBufRead + Unpin + Send> {
     }
 }
 
-/// Stdout as an async writer: a reactor-driven pipe when it is one.
+/// Stdout as an async writer: a reactor-driven pipe when it is one. Call it inside a
+/// Tokio runtime.
 pub fn client_stdout() -> Box<dyn AsyncWrite + Unpin + Send> {
     let stdout = std::io::stdout();
     match duplicate(stdout.as_fd()).map(pipe::Sender::from_owned_fd) {

@@ -28,9 +28,15 @@ pub enum RegistryError {
     #[error("{path} has mode {mode:o}; it must not be accessible to group or others (chmod 700)")]
     Accessible { path: PathBuf, mode: u32 },
     #[error(
-        "another marsh-mcp owns {path}: the development root is leased to one server at a time"
+        "another marsh-mcp{} owns {path}: the development root is leased to one server at a time",
+        holder_text(*.holder)
     )]
-    Leased { path: PathBuf },
+    Leased {
+        path: PathBuf,
+        /// The holder's pid as it recorded it in the lease file (absent for a holder
+        /// that wrote none).
+        holder: Option<u32>,
+    },
     #[error("cannot lock {path}: {source}")]
     Lock {
         path: PathBuf,
@@ -98,7 +104,10 @@ impl RegistryError {
             Self::Accessible { mode, .. } => {
                 format!("a registry directory is open to group or others (mode {mode:o})")
             }
-            Self::Leased { .. } => "the development root is leased to another server".into(),
+            Self::Leased { holder, .. } => format!(
+                "the development root is leased to another marsh-mcp server{}",
+                holder_text(*holder)
+            ),
             Self::Lock { source, .. } => format!("cannot lock the development root: {source}"),
             Self::Read { source, .. } => format!("cannot read the registry: {source}"),
             Self::Write { source, .. } => format!("cannot write the registry: {source}"),
@@ -117,4 +126,11 @@ impl RegistryError {
             Self::RootDisplaced { .. } => "the development root was moved, replaced or loosened while marsh-mcp was running; scope changes are refused until it is restored and marsh-mcp restarted".into(),
         }
     }
+}
+
+/// ` (pid N)` for a known lease holder, nothing otherwise.
+fn holder_text(holder: Option<u32>) -> String {
+    holder
+        .map(|pid| format!(" (pid {pid})"))
+        .unwrap_or_default()
 }

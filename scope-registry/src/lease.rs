@@ -1,4 +1,5 @@
 use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -56,8 +57,14 @@ impl Lease {
             });
         }
         match file.try_lock() {
-            Ok(()) => Ok(Self { path, _file: file }),
-            Err(TryLockError::WouldBlock) => Err(RegistryError::Leased { path }),
+            Ok(()) => {
+                record_holder(&file);
+                Ok(Self { path, _file: file })
+            }
+            Err(TryLockError::WouldBlock) => Err(RegistryError::Leased {
+                holder: read_holder(&file),
+                path,
+            }),
             Err(TryLockError::Error(source)) => Err(RegistryError::Lock { path, source }),
         }
     }
@@ -65,6 +72,23 @@ impl Lease {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Writes this process's pid into the held lease file, so a refused second server can
+/// name the holder. Best effort: the lock, not the content, is the lease.
+fn record_holder(mut file: &File) {
+    let pid = format!("{}\n", std::process::id());
+    let _ = file
+        .set_len(0)
+        .and_then(|()| file.seek(SeekFrom::Start(0)))
+        .and_then(|_| file.write_all(pid.as_bytes()));
+}
+
+/// The pid the holder recorded, when the file holds exactly one.
+fn read_holder(mut file: &File) -> Option<u32> {
+    let mut text = String::new();
+    (&mut file).take(32).read_to_string(&mut text).ok()?;
+    text.trim().parse().ok()
 }
 
 #[cfg(test)]
@@ -77,7 +101,7 @@ mod tests {
         let first = Lease::acquire(tmp.path()).unwrap();
         assert!(matches!(
             Lease::acquire(tmp.path()),
-            Err(RegistryError::Leased { .. })
+            Err(RegistryError::Leased { holder: Some(pid), .. }) if pid == std::process::id()
         ));
         drop(first);
         Lease::acquire(tmp.path()).unwrap();

@@ -1,9 +1,11 @@
 //! Serving MCP sessions: the bounded line transport and the rmcp handler.
 
 mod handler;
+mod refusal;
 mod transport;
 
 pub(crate) use handler::{accept_initialize, run_handler, serve_session};
+pub(crate) use refusal::refuse_first_request;
 
 #[cfg(test)]
 mod session_tests;

@@ -328,3 +328,43 @@ fn two_codex_sessions_share_the_workspace_and_install_upgrades_the_old_serve_ent
     assert!(stderr.contains("different entry"), "{stderr}");
     assert_eq!(get(&sb), foreign);
 }
+
+/// A direct `serve` whose root another server holds answers its client's `initialize`
+/// with the reason — naming the holder's pid, not the root's path — and exits 1.
+#[test]
+fn a_second_serve_on_a_leased_root_says_so_in_the_initialize_reply() {
+    let sb = Sandbox::new();
+    let args = sb.serve_root_args(&[]);
+    let first = Server::start(&sb, &args, &[]);
+    let mut second = Server::spawn(sb.marsh_mcp(&args, &[]));
+    // Only the request: the refused server exits once it answered, so a following
+    // `notifications/initialized` could meet a closed pipe.
+    let reply = second.request(
+        "initialize",
+        json!({"protocolVersion": marsh_tests::PROTOCOL_VERSION, "capabilities": {},
+               "clientInfo": {"name": "marsh-tests", "version": "0"}}),
+    );
+    let message = reply["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{reply}"));
+    assert!(
+        message.contains(&format!("pid {}", first.pid())),
+        "{message}"
+    );
+    assert!(message.contains("connect --start"), "{message}");
+    assert!(
+        !message.contains(&sb.root().display().to_string()),
+        "{message}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = second.try_wait() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the refused serve did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1));
+    assert!(second.stderr().contains("leased"), "{}", second.stderr());
+    first.close();
+}

@@ -159,7 +159,8 @@ fn corrupt_registry_fails_closed() {
 fn second_server_on_the_same_root_is_refused_by_the_lease() {
     let sb = Sandbox::new();
     let mut first = marsh_tests::Server::start(&sb, &sb.serve_root_args(&[]), &[]);
-    refused(&sb, &sb.serve_root_args(&[]), &[], "another marsh-mcp owns");
+    let holder = format!("another marsh-mcp (pid {}) owns", first.pid());
+    refused(&sb, &sb.serve_root_args(&[]), &[], &holder);
     // The first keeps serving.
     let status = first.ok("status", json!({}));
     assert_eq!(status["mode"], "managed");
