@@ -5,7 +5,7 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use marsh_installers::{Client, Environment, PublishedClient, Registration};
+use marsh_installers::{Client, Environment, Registration};
 use marsh_scope_registry::RegistryError;
 use tokio::runtime::Runtime;
 
@@ -93,25 +93,33 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         CliCommand::Doctor(args) => crate::doctor_cli::doctor(&runtime, &args, &env),
-        CliCommand::Install { client } => {
-            installer(&runtime, client.into(), &env, marsh_installers::install)
-        }
-        CliCommand::Uninstall { client } => {
-            installer(&runtime, client.into(), &env, marsh_installers::uninstall)
-        }
-        CliCommand::InstallPublished { client, name } => published_installer(
+        CliCommand::Install { client } => installer(
             &runtime,
-            client.into(),
-            &name,
             &env,
-            marsh_installers::install_published,
+            Box::new(move |env, cwd, exe, runner| {
+                marsh_installers::install(client.into(), env, cwd, exe, runner)
+            }),
         ),
-        CliCommand::RemovePublished { client, name } => published_installer(
+        CliCommand::Uninstall { client } => installer(
             &runtime,
-            client.into(),
-            &name,
             &env,
-            marsh_installers::remove_published,
+            Box::new(move |env, cwd, exe, runner| {
+                marsh_installers::uninstall(client.into(), env, cwd, exe, runner)
+            }),
+        ),
+        CliCommand::InstallPublished { client, name } => installer(
+            &runtime,
+            &env,
+            Box::new(move |env, cwd, exe, runner| {
+                marsh_installers::install_published(client.into(), &name, env, cwd, exe, runner)
+            }),
+        ),
+        CliCommand::RemovePublished { client, name } => installer(
+            &runtime,
+            &env,
+            Box::new(move |env, cwd, exe, runner| {
+                marsh_installers::remove_published(client.into(), &name, env, cwd, exe, runner)
+            }),
         ),
         CliCommand::Start => broker_start(&runtime, &sbx_broker_args(&env)?, &env),
         CliCommand::Stop => broker_stop(&runtime, &sbx_broker_args(&env)?, &env),
@@ -181,64 +189,28 @@ fn serve(
     Ok(ExitCode::SUCCESS)
 }
 
-type Installer = fn(
-    Client,
-    &Environment,
-    &std::path::Path,
-    &std::path::Path,
-    &dyn marsh_installers::Runner,
-) -> Result<String, marsh_installers::InstallError>;
+/// One installer call: the caller's environment, the workspace (cwd), the running
+/// marsh-mcp and the runner its client CLIs go through.
+type InstallCall<'a> = dyn FnOnce(
+        &Environment,
+        &std::path::Path,
+        &std::path::Path,
+        &dyn marsh_installers::Runner,
+    ) -> Result<String, marsh_installers::InstallError>
+    + 'a;
 
-/// `install`/`uninstall`, run from the workspace, with client CLIs under the one
-/// supervisor. Called on the main thread, outside the runtime (see `client_runner`).
+/// `install`/`uninstall`/`install-published`/`remove-published`, run from the
+/// workspace, with client CLIs under the one supervisor. Called on the main thread,
+/// outside the runtime (see `client_runner`).
 fn installer(
     runtime: &Runtime,
-    client: Client,
     env: &[(OsString, OsString)],
-    run: Installer,
+    run: Box<InstallCall<'_>>,
 ) -> anyhow::Result<ExitCode> {
     let cwd = std::env::current_dir()?;
     let exe = std::env::current_exe()?;
     let runner = SupervisedRunner::new(runtime.handle().clone());
-    let message = run(
-        client,
-        &Environment::new(env.iter().cloned()),
-        &cwd,
-        &exe,
-        &runner,
-    )?;
-    Ok(reported(message))
-}
-
-type PublishedInstaller = fn(
-    PublishedClient,
-    &str,
-    &Environment,
-    &std::path::Path,
-    &std::path::Path,
-    &dyn marsh_installers::Runner,
-) -> Result<String, marsh_installers::InstallError>;
-
-/// `install-published`/`remove-published`, run from the publishing workspace, like
-/// [`installer`].
-fn published_installer(
-    runtime: &Runtime,
-    client: PublishedClient,
-    name: &str,
-    env: &[(OsString, OsString)],
-    run: PublishedInstaller,
-) -> anyhow::Result<ExitCode> {
-    let cwd = std::env::current_dir()?;
-    let exe = std::env::current_exe()?;
-    let runner = SupervisedRunner::new(runtime.handle().clone());
-    let message = run(
-        client,
-        name,
-        &Environment::new(env.iter().cloned()),
-        &cwd,
-        &exe,
-        &runner,
-    )?;
+    let message = run(&Environment::new(env.iter().cloned()), &cwd, &exe, &runner)?;
     Ok(reported(message))
 }
 
