@@ -10,8 +10,12 @@ PEER_PY   := mcp-yieldshell==1.1.2
 MCP_PY    := mcp==2.3.0
 BINS      := marsh-mcp marsh marshd sbx
 NPM_DIR   := target/npm-clients
-# The real clients the installer tests drive (offline, no login).
-NPM_PKGS  := @openai/codex@0.171.0 @anthropic-ai/claude-code@2.1.332
+# The real clients the installer tests drive (offline, no login), and the MCP Inspector
+# CLI the black-box protocol test drives (`mcp-inspector --cli`, no browser, no ports).
+NPM_PKGS  := @openai/codex@0.171.0 @anthropic-ai/claude-code@2.1.332 @modelcontextprotocol/inspector@2.12.0
+# Reinstalled whenever NPM_PKGS changes (the stamp records the list) or a binary is missing.
+NPM_STAMP := $(NPM_DIR)/.installed
+NPM_BINS  := codex claude mcp-inspector
 
 .PHONY: all build build-debug build-debuginfo install dev test lint unit demo bench bench-peers py-client npm-clients prereqs clean
 
@@ -38,7 +42,7 @@ prereqs:
 	@$(SHELL) tests/prereqs.sh $(PREREQS_FOR)
 
 # Every step of those goals waits for the check, also under `make -j`.
-lint build-debug $(PY_VENV)/bin/python $(NPM_DIR)/node_modules/.bin/codex $(PEERS_VENV)/bin/mcp-yieldshell: | prereqs
+lint build-debug $(PY_VENV)/bin/python $(NPM_STAMP) $(PEERS_VENV)/bin/mcp-yieldshell: | prereqs
 
 ## install: copy the release binaries into $(PREFIX)/bin (owner-only writable)
 install: build
@@ -63,10 +67,21 @@ $(PY_VENV)/bin/python:
 
 py-client: $(PY_VENV)/bin/python
 
-$(NPM_DIR)/node_modules/.bin/codex:
-	npm install --silent --no-audit --no-fund --prefix $(NPM_DIR) $(NPM_PKGS)
+# FORCE makes the recipe run every time; it reinstalls only when the recorded package list
+# differs from NPM_PKGS or one of NPM_BINS is missing, so an existing target/npm-clients
+# picks up a newly added or re-pinned package.
+$(NPM_STAMP): FORCE
+	@if [ "$$(cat $@ 2>/dev/null)" != "$(NPM_PKGS)" ] || \
+	    ! (cd $(NPM_DIR)/node_modules/.bin 2>/dev/null && for b in $(NPM_BINS); do [ -x "$$b" ] || exit 1; done); then \
+	  echo "npm install --prefix $(NPM_DIR) $(NPM_PKGS)"; \
+	  npm install --silent --no-audit --no-fund --save-exact --prefix $(NPM_DIR) $(NPM_PKGS) && \
+	  (cd $(NPM_DIR)/node_modules/.bin && for b in $(NPM_BINS); do [ -x "$$b" ] || { echo "npm installed no $$b" >&2; exit 1; }; done) && \
+	  printf '%s\n' "$(NPM_PKGS)" > $@; \
+	fi
 
-npm-clients: $(NPM_DIR)/node_modules/.bin/codex
+npm-clients: $(NPM_STAMP)
+
+FORCE:
 
 ## demo: build, install into a private prefix, run a real MCP client session
 demo: build-debug py-client

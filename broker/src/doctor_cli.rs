@@ -95,6 +95,8 @@ fn checks(
     let data = runtime
         .block_on(crate::tools::doctor::doctor(&ctx))
         .map_err(|e| stopped("the checks failed", "doctor", e.to_string()))?;
+    // Rendered from the JSON the tool answers, so the CLI and the tool cannot differ.
+    let data = serde_json::to_value(&data).unwrap_or(Value::Null);
     Ok(render(&ctx.workspace, &data))
 }
 

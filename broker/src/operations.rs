@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -77,7 +77,7 @@ impl Serialize for OpKind {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OpState {
     Queued,
@@ -250,34 +250,6 @@ impl Operation {
             () = abort.cancelled() => {}
         }
         self.status()
-    }
-
-    /// The operation summary shared by every tool that reports an operation.
-    pub fn describe(&self) -> Value {
-        let s = self.status();
-        let out = self.output();
-        let mut summary = json!({
-            "operation_id": self.id.to_string(),
-            "kind": self.kind,
-            "scope_id": self.scope,
-            "state": s.state,
-            "exit_code": s.exit_code,
-            "signal": s.signal,
-            "error": s.error.as_ref().map(ToolError::to_json),
-            "cancel_requested": s.cancel_requested,
-            "created_ms": self.created_ms,
-            "started_ms": s.started_ms,
-            "finished_ms": s.finished_ms,
-            "duration_ms": s.started_ms.map(|start| s.finished_ms.unwrap_or_else(now_ms).saturating_sub(start)),
-            "timeout_ms": self.timeout.as_millis() as u64,
-            "stdout_bytes": out.written(Stream::Stdout),
-            "stderr_bytes": out.written(Stream::Stderr),
-            "latest_seq": out.latest_seq(),
-        });
-        if let (Some(result), Value::Object(map)) = (self.result(), &mut summary) {
-            map.insert("result".into(), result);
-        }
-        summary
     }
 }
 

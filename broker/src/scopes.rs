@@ -46,22 +46,6 @@ impl ScopeView {
     pub fn identity_invalid(&self) -> bool {
         self.record.as_ref().is_none_or(|r| r.identity_invalid)
     }
-
-    /// Caller-facing summary: never a path.
-    pub fn describe(&self) -> serde_json::Value {
-        let record = self.record.as_ref();
-        serde_json::json!({
-            "scope_id": self.id.to_string(),
-            "state": self.state().as_str(),
-            "identity_invalid": self.identity_invalid(),
-            "last_operation": record.and_then(|r| r.last_operation.clone()),
-            "last_error": match record {
-                Some(r) => r.last_error.clone(),
-                None => Some("the persisted record is malformed".to_string()),
-            },
-            "created_ms": record.map(|r| r.created_ms),
-        })
-    }
 }
 
 #[derive(Debug)]

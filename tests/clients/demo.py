@@ -185,13 +185,18 @@ async def server_demo():
             # Reading a stopped scope boots it, reads, then exactly stops it: an operation.
             read = show("scope_results_list of a stopped scope (wait_ms 0: an operation)",
                         await call(session, "scope_results_list", {"scope_id": scope, "wait_ms": 0, "limit": 3}))
-            if "operation_id" in data(read):
+            # Still running: the operation is nested and `results` comes later through operation_get.
+            pending = data(read).get("operation") if "results" not in data(read) else None
+            if pending:
+                print(f"  operation {pending['operation_id']}: {pending['state']}")
                 done = show("operation_get of that read",
-                            await call(session, "operation_get", {"operation_id": data(read)["operation_id"], "wait_ms": 30000}),
+                            await call(session, "operation_get", {"operation_id": pending["operation_id"], "wait_ms": 30000}),
                             state="succeeded")
                 receipts = (data(done).get("result") or {}).get("results", [])
-                after = await call(session, "scope_status", {"scope_id": scope})
-                print(f"  receipts read: {len(receipts)}; scope afterwards: {data(after).get('state')}")
+            else:
+                receipts = data(read).get("results", [])
+            after = await call(session, "scope_status", {"scope_id": scope})
+            print(f"  receipts read: {len(receipts)}; scope afterwards: {data(after).get('state')}")
             show("scope_remove", await call(session, "scope_remove", {"scope_id": scope}), state="succeeded")
     return True
 

@@ -16,7 +16,36 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+mod schemas;
+pub use schemas::OutputSchemas;
+
 pub const PROTOCOL_VERSION: &str = "2025-06-18";
+
+/// Exactly the 22 tools of DESIGN §6, in catalog order.
+pub const TOOLS: [&str; 22] = [
+    "doctor",
+    "status",
+    "results_list",
+    "result_get",
+    "shell_run",
+    "prewarm",
+    "workers_reset",
+    "scope_start",
+    "scope_list",
+    "scope_status",
+    "scope_run",
+    "scope_results_list",
+    "scope_result_get",
+    "scope_prewarm",
+    "scope_workers_reset",
+    "scope_reset",
+    "scope_stop",
+    "scope_remove",
+    "operation_get",
+    "operation_output",
+    "operation_cancel",
+    "qualify",
+];
 const REPLY_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// `target/debug` (or whichever profile built this test).
@@ -69,7 +98,7 @@ pub fn python_client_summary(sb: &Sandbox, script: &str) -> Value {
     serde_json::from_slice(&out.stdout).expect("the client prints one JSON summary")
 }
 
-/// A real client CLI installed by `make npm-clients` (codex, claude).
+/// A real client CLI installed by `make npm-clients` (codex, claude, mcp-inspector).
 pub fn npm_bin(name: &str) -> PathBuf {
     let path = target_dir()
         .parent()
@@ -339,6 +368,9 @@ pub struct Server {
     next_id: u64,
     /// The child leads its own process group, killed whole on drop.
     group: bool,
+    /// The server's published output schemas, read by the first [`Server::call`]; every
+    /// result `call` returns has been checked against its tool's.
+    schemas: Option<OutputSchemas>,
 }
 
 impl Server {
@@ -383,6 +415,7 @@ impl Server {
             stderr,
             next_id: 1,
             group: false,
+            schemas: None,
         }
     }
 
@@ -509,8 +542,22 @@ impl Server {
             .collect()
     }
 
-    /// Calls a tool and returns its `structuredContent` envelope.
+    /// The output schemas this server publishes (one `tools/list`, then cached).
+    pub fn output_schemas(&mut self) -> &OutputSchemas {
+        if self.schemas.is_none() {
+            let list = self.request("tools/list", json!({}));
+            let result = list
+                .get("result")
+                .unwrap_or_else(|| panic!("tools/list failed: {list}"));
+            self.schemas = Some(OutputSchemas::from_tools_list(result));
+        }
+        self.schemas.get_or_insert_with(OutputSchemas::default)
+    }
+
+    /// Calls a tool and returns its `structuredContent` envelope, after checking it
+    /// against the tool's published `outputSchema` ([`OutputSchemas::check`]).
     pub fn call(&mut self, name: &str, arguments: Value) -> Value {
+        self.output_schemas();
         let reply = self.request("tools/call", json!({"name": name, "arguments": arguments}));
         let result = reply
             .get("result")
@@ -524,6 +571,9 @@ impl Server {
             envelope["ok"] == json!(false),
             "isError must mirror ok: {result}"
         );
+        if let Some(schemas) = &self.schemas {
+            schemas.check(name, &envelope);
+        }
         envelope
     }
 

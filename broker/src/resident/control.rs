@@ -26,9 +26,13 @@ const START_BOUND: Duration = Duration::from_secs(20);
 const POLL: Duration = Duration::from_millis(50);
 /// How often an idle-exiting broker looks at its sessions and operations.
 const IDLE_POLL: Duration = Duration::from_millis(250);
-/// How many times `connect --start` (re)starts a broker that went away (idle exit)
-/// between its probe and the session request.
+/// How many times `connect --start` tries a session with a broker that may go away
+/// (idle exit) between its probe and the session request, and, counted apart, how
+/// many starts it makes of a broker that exits as it starts.
 const START_ATTEMPTS: usize = 3;
+/// How long `connect --start` waits before starting again a broker that exited as it
+/// started (the lease of the broker it replaces not yet released).
+const RESTART_PAUSE: Duration = Duration::from_millis(300);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {
@@ -55,6 +59,14 @@ pub enum ControlError {
     #[error("the broker did not come up within {bound:?}; its log ({log}) ends with: {tail}")]
     NotAnswering {
         bound: Duration,
+        log: String,
+        tail: String,
+    },
+    /// The started broker exited before it answered: a start-time failure, most often
+    /// the root's lease still held by a broker that is itself exiting.
+    #[error("the broker exited as it started ({status}); its log ({log}) ends with: {tail}")]
+    ExitedAtStart {
+        status: String,
         log: String,
         tail: String,
     },
@@ -309,6 +321,7 @@ pub async fn broker_start(
         .stderr(Stdio::from(log));
     let mut child = cmd.spawn().map_err(ControlError::Spawn)?;
     let deadline = tokio::time::Instant::now() + START_BOUND;
+    let mut exited = None;
     while tokio::time::Instant::now() < deadline {
         if let Ok(probe) = client.probe().await
             && probe["build"].as_str() == Some(wanted.build.as_str())
@@ -316,17 +329,27 @@ pub async fn broker_start(
         {
             return Ok(format!("broker started (pid {})", pid_of(&probe)));
         }
-        if let Ok(Some(_)) = child.try_wait() {
+        if let Ok(Some(status)) = child.try_wait() {
+            exited = Some(status);
             break;
         }
         tokio::time::sleep(POLL).await;
     }
     let text = std::fs::read_to_string(dir.log()).unwrap_or_default();
     let tail: Vec<&str> = text.lines().rev().take(5).collect();
-    Err(ControlError::NotAnswering {
-        bound: START_BOUND,
-        log: dir.log().display().to_string(),
-        tail: tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
+    let log = dir.log().display().to_string();
+    let tail = tail.into_iter().rev().collect::<Vec<_>>().join(" | ");
+    Err(match exited {
+        Some(status) => ControlError::ExitedAtStart {
+            status: status.to_string(),
+            log,
+            tail,
+        },
+        None => ControlError::NotAnswering {
+            bound: START_BOUND,
+            log,
+            tail,
+        },
     })
 }
 
@@ -380,18 +403,40 @@ pub async fn connect(args: &ServeArgs, env: &[(OsString, OsString)]) -> Result<(
 
 /// `connect --start`: [`broker_start`] (reuse a compatible broker or start one, which
 /// exits after `--idle-exit-secs`, default [`DEFAULT_IDLE_EXIT_SECS`], when idle), then
-/// [`connect`]. A broker that idles out between the two is started again.
+/// [`connect`]. A broker that idles out between the two, or that exits as it starts
+/// (the lease of the one it replaces not yet released), is started again.
 pub async fn connect_start(
     args: &ServeArgs,
     env: &[(OsString, OsString)],
 ) -> Result<(), ControlError> {
     let mut args = args.clone();
     args.idle_exit_secs.get_or_insert(DEFAULT_IDLE_EXIT_SECS);
+    // Counted apart: an idle race can meet both in one connect (503 `stopping`, then a
+    // replacement that finds the lease still held).
     let mut attempt = 0;
+    let mut exited_at_start = 0;
     let session = loop {
-        attempt += 1;
-        let started = broker_start(&args, env).await?;
+        let started = match broker_start(&args, env).await {
+            Ok(started) => started,
+            // The broker it replaces (one that idled out, or was stopped as
+            // incompatible) can still hold the root's lease for a moment after its
+            // socket is gone; the new one then exits at once. Give the old one time to
+            // finish exiting and start again. A start that fails for any other reason
+            // fails the same way each time and costs at most two pauses more.
+            Err(ControlError::ExitedAtStart { status, .. })
+                if exited_at_start + 1 < START_ATTEMPTS =>
+            {
+                exited_at_start += 1;
+                tracing::info!(
+                    "the started broker exited at once ({status}); starting again in {RESTART_PAUSE:?}"
+                );
+                tokio::time::sleep(RESTART_PAUSE).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         tracing::info!("{started}");
+        attempt += 1;
         match open_session(&args, env).await {
             Ok(session) => break session,
             Err(ControlError::Client(
@@ -424,9 +469,14 @@ async fn exit_when_idle(broker: Arc<Broker>, period: Duration) {
         if broker.sessions() > 0 || running > 0 {
             idle_since = tokio::time::Instant::now();
         } else if idle_since.elapsed() >= period {
-            tracing::info!(?period, "no session and no running operation; exiting");
-            broker.request_stop();
-            return;
+            // Checked again under the broker's session gate, so a session request
+            // racing this decision is either counted first (and keeps the broker) or
+            // refused as `stopping` (and its `connect --start` starts a new one).
+            if broker.stop_if_idle(|| broker.ctx.ops.counts().0 == 0) {
+                tracing::info!(?period, "no session and no running operation; exiting");
+                return;
+            }
+            idle_since = tokio::time::Instant::now();
         }
     }
 }

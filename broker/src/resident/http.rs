@@ -11,8 +11,8 @@
 //! connections and sessions are bounded, with typed refusals.
 
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -50,6 +50,13 @@ pub struct Broker {
     sessions: Arc<AtomicUsize>,
     connections: Arc<Semaphore>,
     stop: watch::Sender<bool>,
+    /// Makes "no session is attached, so stop" (the idle exit, `POST /v1/stop`) and
+    /// "not stopping, so count this session" (a session request) exclusive: without it
+    /// a session request could pass its stop check and be counted just after the idle
+    /// timer saw zero sessions, get its 101, and lose the broker a moment later — a
+    /// `connect --start` that probed a live broker would then fail instead of starting
+    /// a new one. Held only for those few instructions, never across an await.
+    gate: Mutex<()>,
 }
 
 /// Counts one attached session for as long as it lives.
@@ -87,6 +94,7 @@ impl Broker {
             sessions: Arc::new(AtomicUsize::new(0)),
             connections: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
             stop,
+            gate: Mutex::new(()),
         })
     }
 
@@ -97,6 +105,17 @@ impl Broker {
     /// Asks the accept loop to end.
     pub fn request_stop(&self) {
         self.stop.send_replace(true);
+    }
+
+    /// Asks the accept loop to end if no session is attached and `idle()` agrees,
+    /// atomically with respect to session requests (see `gate`). True if it did.
+    pub fn stop_if_idle(&self, idle: impl FnOnce() -> bool) -> bool {
+        let _gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        let stopping = self.sessions() == 0 && idle();
+        if stopping {
+            self.request_stop();
+        }
+        stopping
     }
 
     /// Accepts until a stop is requested.
@@ -187,15 +206,14 @@ impl Broker {
         while self.sessions() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let attached = self.sessions();
-        if attached > 0 {
+        if !self.stop_if_idle(|| true) {
+            let attached = self.sessions();
             return refusal(
                 StatusCode::CONFLICT,
                 "sessions_attached",
                 &format!("{attached} session(s) attached; stop their proxies first"),
             );
         }
-        self.request_stop();
         answer(
             StatusCode::OK,
             json!({"stopping": true, "pid": std::process::id()}),
@@ -211,6 +229,10 @@ impl Broker {
                 "POST /v1/session needs `Upgrade: mcp-lines`",
             );
         }
+        // The stop check and the count under the gate: a stop decided after this
+        // sees the session; one decided before refuses it (503, which `connect
+        // --start` answers by starting a broker again).
+        let gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
         if *self.stop.borrow() {
             return refusal(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -226,6 +248,7 @@ impl Broker {
                 &format!("{MAX_SESSIONS} sessions are attached; retry later"),
             );
         }
+        drop(gate);
         let slot = SessionSlot(Arc::clone(&self.sessions));
         let ctx = Arc::clone(&self.ctx);
         tokio::spawn(async move {

@@ -126,8 +126,8 @@ pub(crate) struct ResultsListArgs {
     /// Newest receipts to return.
     #[schemars(range(min = RESULTS_LIMIT.min, max = RESULTS_LIMIT.max), extend("default" = RESULTS_LIMIT.default))]
     pub limit: Option<u64>,
-    /// Reading a stopped scope is an operation (read, then an exact stop): return
-    /// inline if it ends within this many milliseconds, else its operation id.
+    /// Reading a stopped scope is an operation: answer inline if it ends within this
+    /// many milliseconds, else with the operation.
     #[schemars(range(min = WAIT.min, max = WAIT.max), extend("default" = WAIT.default))]
     pub wait_ms: Option<u64>,
 }
@@ -136,10 +136,11 @@ pub(crate) struct ResultsListArgs {
 #[serde(deny_unknown_fields)]
 pub(crate) struct ResultGetArgs {
     /// A receipt id or unique prefix of `[0-9a-f-]`.
-    #[schemars(length(min = 1, max = SELECTOR_MAX_BYTES), regex(pattern = r"^[0-9a-f-]{1,64}$"))]
+    // The pattern states the length too: SELECTOR_MAX_BYTES (a unit test ties them).
+    #[schemars(regex(pattern = r"^[0-9a-f-]{1,64}$"))]
     pub selector: String,
-    /// Reading a stopped scope is an operation (read, then an exact stop): return
-    /// inline if it ends within this many milliseconds, else its operation id.
+    /// Reading a stopped scope is an operation: answer inline if it ends within this
+    /// many milliseconds, else with the operation.
     #[schemars(range(min = WAIT.min, max = WAIT.max), extend("default" = WAIT.default))]
     pub wait_ms: Option<u64>,
 }

@@ -1,24 +1,30 @@
 //! doctor: the server's own health, limits and configuration, without host paths.
 
-use serde_json::{Value, json};
+use serde_json::Value;
+
+use super::results::{Check, DoctorReport, DoctorScopes, Limits, OperationCounts, ScopeCounts};
 
 use crate::admission::GLOBAL_OPERATION_CAP;
 use crate::context::{READ_QUERY_CAP, ServerContext};
-use crate::error::ToolResult;
+use crate::error::ToolError;
 use crate::marsh::Verb;
 use crate::operations::{GLOBAL_RETAINED_BYTES, RETAINED_OPERATIONS};
 use crate::output::RETAINED_PER_STREAM;
 use marsh_connect_proxy::MAX_FRAME_BYTES;
 use marsh_scope_registry::{ScopeId, ScopeState};
 
-fn check(name: &str, ok: bool, detail: impl Into<String>) -> Value {
-    json!({"name": name, "ok": ok, "detail": detail.into()})
+fn check(name: &str, ok: bool, detail: impl Into<String>) -> Check {
+    Check {
+        name: name.to_owned(),
+        ok,
+        detail: detail.into(),
+    }
 }
 
 /// The `isolation` check from `status.backend`, which marsh reports before any job is
 /// tried (no daemon needed): healthy only under bubblewrap, naming the network and
 /// the limits in force; otherwise the problem and its fix.
-fn backend_check(backend: Option<&Value>) -> Value {
+fn backend_check(backend: Option<&Value>) -> Check {
     let Some(backend) = backend else {
         return check(
             "isolation",
@@ -70,7 +76,7 @@ fn backend_check(backend: Option<&Value>) -> Value {
     }
 }
 
-pub(crate) async fn doctor(ctx: &ServerContext) -> ToolResult {
+pub(crate) async fn doctor(ctx: &ServerContext) -> Result<DoctorReport, ToolError> {
     let mut checks = Vec::new();
     for pin in ctx.driver.pins() {
         let name = format!("pinned_{}", pin.role());
@@ -148,27 +154,37 @@ pub(crate) async fn doctor(ctx: &ServerContext) -> ToolResult {
         },
     ));
     let (live, retained) = ctx.ops.counts();
-    let healthy = checks.iter().all(|c| c["ok"] == true);
-    Ok(json!({
-        "healthy": healthy,
-        "version": env!("CARGO_PKG_VERSION"),
-        "server_name": ctx.server_name(),
-        "workspace_hash": ctx.workspace_hash,
-        "mode": ctx.scopes.mode(),
-        "default_scope_state": default.state().as_str(),
-        "scopes": {"live_generated": live_scopes, "retained_generated": retained_scopes, "listed": scopes.len()},
-        "full_sbx_control": ctx.allow_full_sbx_control,
-        "checks": checks,
-        "child_environment": ctx.driver.env().names(true),
-        "operations": {"live": live, "retained": retained, "retained_output_bytes": ctx.ops.retained_bytes()},
-        "limits": {
-            "global_operation_cap": GLOBAL_OPERATION_CAP,
-            "operation_slots_free": ctx.cap.available(),
-            "concurrent_reads": READ_QUERY_CAP,
-            "retained_operations": RETAINED_OPERATIONS,
-            "retained_output_bytes_per_stream": RETAINED_PER_STREAM,
-            "retained_output_bytes_global": GLOBAL_RETAINED_BYTES,
-            "frame_bytes": MAX_FRAME_BYTES,
+    let healthy = checks.iter().all(|c| c.ok);
+    Ok(DoctorReport {
+        healthy,
+        version: env!("CARGO_PKG_VERSION"),
+        server_name: ctx.server_name(),
+        workspace_hash: ctx.workspace_hash.clone(),
+        mode: ctx.scopes.mode(),
+        default_scope_state: default.state().as_str(),
+        scopes: DoctorScopes {
+            counts: ScopeCounts {
+                live_generated: live_scopes,
+                retained_generated: retained_scopes,
+            },
+            listed: scopes.len(),
         },
-    }))
+        full_sbx_control: ctx.allow_full_sbx_control,
+        checks,
+        child_environment: ctx.driver.env().names(true),
+        operations: OperationCounts {
+            live,
+            retained,
+            retained_output_bytes: ctx.ops.retained_bytes(),
+        },
+        limits: Limits {
+            global_operation_cap: GLOBAL_OPERATION_CAP,
+            operation_slots_free: ctx.cap.available(),
+            concurrent_reads: READ_QUERY_CAP,
+            retained_operations: RETAINED_OPERATIONS,
+            retained_output_bytes_per_stream: RETAINED_PER_STREAM,
+            retained_output_bytes_global: GLOBAL_RETAINED_BYTES,
+            frame_bytes: MAX_FRAME_BYTES,
+        },
+    })
 }

@@ -1,9 +1,7 @@
 //! The one result shape every tool returns: `{ok: true, data}` or
 //! `{ok: false, error: {kind, message, retryable}}` with `isError: true`.
 
-use std::sync::Arc;
-
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
+use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::{Value, json};
 
 use crate::error::ToolResult;
@@ -36,22 +34,4 @@ pub fn error_schema() -> Value {
         },
         "required": ["kind", "message", "retryable"]
     })
-}
-
-/// The output schema shared by every tool: the envelope, with `data` left open
-/// because each tool documents its own fields in its description.
-pub fn envelope_schema() -> Arc<JsonObject> {
-    let schema = json!({
-        "type": "object",
-        "properties": {
-            "ok": {"type": "boolean"},
-            "data": {"type": "object"},
-            "error": error_schema()
-        },
-        "required": ["ok"]
-    });
-    match schema {
-        Value::Object(map) => Arc::new(map),
-        _ => Arc::new(JsonObject::new()),
-    }
 }

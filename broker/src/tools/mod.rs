@@ -9,6 +9,8 @@ mod operation_tools;
 pub(crate) mod progress;
 mod qualify;
 mod report;
+mod results;
+mod schema;
 mod scope_lifecycle;
 mod scope_work;
 mod scoped;
@@ -18,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{CallToolResult, JsonObject, Tool, ToolAnnotations};
-use schemars::JsonSchema;
+use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -28,8 +30,14 @@ use crate::error::{ToolError, ToolResult};
 use crate::operations::{OpStatus, Operation, SessionId};
 use crate::tool_name::{Addressing, ToolName};
 pub(crate) use envelope::error_schema;
-use envelope::{envelope_schema, into_call_result};
+use envelope::into_call_result;
 use progress::Progress;
+use results::{
+    DoctorReport, LifecycleResult, OperationCancelResult, OperationGetResult,
+    OperationOutputResult, OperationReport, QualifyResult, ReceiptList, ReceiptOne, ReceiptRead,
+    ScopeListResult, ScopeStopResult, StatusResult, WorkersResult,
+};
+use schema::{input_schema as schema_of, output_schema};
 
 /// One call as a handler sees it: whose, with what arguments (`scope_id` already
 /// taken out for `scope_*` tools), the request's cancellation and where its progress
@@ -57,184 +65,129 @@ impl Call<'_> {
     }
 }
 
-/// A JSON object's map, or an empty one.
-pub(crate) fn object(value: Value) -> Map<String, Value> {
-    match value {
-        Value::Object(map) => map,
-        _ => Map::new(),
-    }
-}
+const SHELL_RUN_DESCRIPTION: &str = "Run a command in the project shell (cwd = the workspace). Returns the complete result inline if it ends within wait_ms; otherwise the operation id, state `running` and the output so far, while the command keeps running. Exact `*_base64` comes when a `*_text_state` is `lossy` or `omitted`, or with include_base64.";
 
-/// `T`'s input schema as clients need it: optional parameters typed plainly
-/// (`integer`, not `["integer", "null"]`) with their `default`, so form-based clients
-/// and CLIs can set them. An explicit `null` is still accepted (it means the default).
-fn schema_of<T: JsonSchema>() -> Arc<JsonObject> {
-    let schema = schemars::schema_for!(T);
-    match serde_json::to_value(schema) {
-        Ok(Value::Object(mut map)) => {
-            // The tool's own title and description say this; `$schema` is implied.
-            map.remove("$schema");
-            map.remove("title");
-            map.remove("description");
-            let defs = map.remove("$defs");
-            if let Some(Value::Object(props)) = map.get_mut("properties") {
-                props.values_mut().for_each(plain_property);
-                if let Some(Value::Object(defs)) = &defs {
-                    props.values_mut().for_each(|p| inline_ref(p, defs));
-                }
-            }
-            // Kept only if something still refers to it.
-            if let Some(defs) = defs
-                && map
-                    .get("properties")
-                    .is_some_and(|p| p.to_string().contains("$ref"))
-            {
-                map.insert("$defs".into(), defs);
-            }
-            Arc::new(map)
-        }
-        _ => Arc::new(JsonObject::new()),
-    }
-}
-
-/// A property that is a `{"$ref": "#/$defs/X"}` becomes X itself (an enum such as
-/// `qualify`'s `gate`), so a client sees its type without resolving references.
-fn inline_ref(property: &mut Value, defs: &Map<String, Value>) {
-    let Value::Object(p) = property else { return };
-    let target = p
-        .get("$ref")
-        .and_then(Value::as_str)
-        .and_then(|r| r.strip_prefix("#/$defs/"))
-        .and_then(|name| defs.get(name));
-    if let Some(Value::Object(def)) = target {
-        let def = def.clone();
-        p.remove("$ref");
-        for (key, value) in def {
-            p.entry(key).or_insert(value);
-        }
-    }
-}
-
-/// One property without `null` in its type, without the non-standard `format: uint64`
-/// (`minimum` states the sign) and with its doc comment on one line.
-fn plain_property(property: &mut Value) {
-    let Value::Object(p) = property else { return };
-    if let Some(Value::Array(types)) = p.get("type") {
-        let mut types: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
-        let plain = match types.len() {
-            1 => types.remove(0),
-            _ => Value::Array(types),
-        };
-        p.insert("type".into(), plain);
-    }
-    if p.get("format").is_some_and(|f| f == "uint64") {
-        p.remove("format");
-    }
-    if let Some(Value::String(text)) = p.get_mut("description") {
-        *text = text.replace('\n', " ");
-    }
-}
-
-const SHELL_RUN_DESCRIPTION: &str = "Run a command in the project shell (cwd = the workspace). Returns the complete result inline if it ends within wait_ms; otherwise the operation id, state `running` and the output so far, while the command keeps running. Output fields: stdout_bytes, stdout_text, stdout_text_state (utf8|lossy|omitted|truncated), stdout_base64 when not UTF-8, the same for stderr, and byte cursors.";
-
-/// A tool's description and its own arguments' schema (before `scope_id` is added).
-fn describe(tool: ToolName) -> (&'static str, Arc<JsonObject>) {
+/// A tool's description, its own arguments' schema (before `scope_id` is added) and
+/// its output schema, generated from the type its handler returns (`dispatch`).
+fn describe(tool: ToolName) -> (&'static str, Arc<JsonObject>, Arc<JsonObject>) {
     use args::*;
     match tool {
         ToolName::Doctor => (
             "Health of this server: pinned executables, scope home identity, sandbox isolation, registry, limits and operation counts. No host paths.",
             schema_of::<NoArgs>(),
+            output_schema::<DoctorReport>(),
         ),
         ToolName::Status => (
             "State of the default scope and its marsh runtime (daemon, project shell, kit workers, active jobs).",
             schema_of::<NoArgs>(),
+            output_schema::<StatusResult>(),
         ),
         ToolName::ResultsList => (
             "Newest durable result receipts of the default scope. Like every default-scope alias, refused while that scope is stopped (scope_results_list reads it then).",
             schema_of::<ResultsListArgs>(),
+            output_schema::<ReceiptRead<ReceiptList>>(),
         ),
         ToolName::ResultGet => (
             "One durable result receipt of the default scope, by id or unique id prefix.",
             schema_of::<ResultGetArgs>(),
+            output_schema::<ReceiptRead<ReceiptOne>>(),
         ),
-        ToolName::ShellRun | ToolName::ScopeRun => {
-            (SHELL_RUN_DESCRIPTION, schema_of::<ShellRunArgs>())
-        }
+        ToolName::ShellRun | ToolName::ScopeRun => (
+            SHELL_RUN_DESCRIPTION,
+            schema_of::<ShellRunArgs>(),
+            output_schema::<OperationReport>(),
+        ),
         ToolName::Prewarm => (
             "Warm the selected kit workers of the default scope (an operation).",
             schema_of::<SelectionArgs>(),
+            output_schema::<WorkersResult>(),
         ),
         ToolName::WorkersReset => (
             "Reset the selected kit workers of the default scope to cold (an operation); refused while they have active work.",
             schema_of::<SelectionArgs>(),
+            output_schema::<WorkersResult>(),
         ),
         ToolName::ScopeStart => (
             "Create a private development scope (own home, daemon, project shell, workers) over this workspace and boot it. Returns its opaque id and the boot operation. Managed mode only; at most 16 live and 128 retained generated scopes.",
             schema_of::<NoArgs>(),
+            output_schema::<LifecycleResult>(),
         ),
         ToolName::ScopeList => (
             "Every scope of this server (default first) with its persisted state.",
             schema_of::<NoArgs>(),
+            output_schema::<ScopeListResult>(),
         ),
         ToolName::ScopeStatus => (
             "State of one scope. A ready scope's runtime is probed; a stopped one is absent; failed or transitioning ones report their persisted state without probing.",
             schema_of::<NoArgs>(),
+            output_schema::<StatusResult>(),
         ),
         ToolName::ScopeResultsList => (
-            "Newest durable receipts of one scope. Reading a stopped scope takes exclusive access and always ends with an exact stop; it is an operation: inline within wait_ms, else its operation id.",
+            "Newest durable receipts of one scope. Reading a stopped scope takes exclusive access and always ends with an exact stop; it is an operation: inline within wait_ms, else `{operation, hint}`.",
             schema_of::<ResultsListArgs>(),
+            output_schema::<ReceiptRead<ReceiptList>>(),
         ),
         ToolName::ScopeResultGet => (
             "One durable receipt of one scope, by id or unique prefix.",
             schema_of::<ResultGetArgs>(),
+            output_schema::<ReceiptRead<ReceiptOne>>(),
         ),
         ToolName::ScopePrewarm => (
             "Warm the selected kit workers of one ready scope (an operation).",
             schema_of::<SelectionArgs>(),
+            output_schema::<WorkersResult>(),
         ),
         ToolName::ScopeWorkersReset => (
             "Reset the selected kit workers of one ready scope to cold (an operation).",
             schema_of::<SelectionArgs>(),
+            output_schema::<WorkersResult>(),
         ),
         ToolName::ScopeReset => (
             "Boot, reset and re-validate one scope (an operation): the recovery path from failed, and revival from stopped. Refused while work is active.",
             schema_of::<WaitArgs>(),
+            output_schema::<LifecycleResult>(),
         ),
         ToolName::ScopeStop => (
             "Boot-validate then exactly stop one scope's runtime (an operation), keeping its home and receipts. Refused while work is active.",
             schema_of::<WaitArgs>(),
+            output_schema::<ScopeStopResult>(),
         ),
         ToolName::ScopeRemove => (
             "Delete a stopped generated scope's home with a bounded no-follow walk and free its record (an operation).",
             schema_of::<WaitArgs>(),
+            output_schema::<LifecycleResult>(),
         ),
         ToolName::OperationGet => (
             "State of one of this session's operations; wait_ms waits for it to end.",
             schema_of::<OperationGetArgs>(),
+            output_schema::<OperationGetResult>(),
         ),
         ToolName::OperationOutput => (
             "Read an operation's captured output, while running or after, with byte cursors (since_seq -> next_seq) or tail_lines.",
             schema_of::<OperationOutputArgs>(),
+            output_schema::<OperationOutputResult>(),
         ),
         ToolName::OperationCancel => (
             "Cancel one of this session's operations. Always ends in cancellation_uncertain: signal delivery does not prove the sandbox work stopped.",
             schema_of::<OperationCancelArgs>(),
+            output_schema::<OperationCancelResult>(),
         ),
         ToolName::Qualify => (
             "Run the repository's fixed qualification recipe (/usr/bin/make test|acceptance-smoke|acceptance|perf) in the workspace as the host user. Disabled unless the server was started with --allow-full-sbx-control.",
             schema_of::<QualifyArgs>(),
+            output_schema::<QualifyResult>(),
         ),
     }
 }
 
 /// The catalog entry of `tool`; `project` is the workspace's directory name.
 fn catalog_entry(tool: ToolName, project: &str) -> Tool {
-    let (description, schema) = describe(tool);
+    let (description, schema, output) = describe(tool);
     // A client registration can be account-wide (Codex): an agent in another
     // repository sees this catalog too, so the tool that runs commands names where.
     let description = match tool {
         ToolName::ShellRun | ToolName::ScopeRun => format!(
-            "{description} The workspace is the directory `{project}` (this server serves no other, whichever repository the session was opened in)."
+            "{description} The workspace is the directory `{project}`, whichever repository the session was opened in; this server serves no other."
         ),
         _ => description.to_string(),
     };
@@ -249,7 +202,7 @@ fn catalog_entry(tool: ToolName, project: &str) -> Tool {
         .open_world(tool.open_world());
     Tool::new(tool.as_str(), description, schema)
         .with_title(tool.title())
-        .with_raw_output_schema(envelope_schema())
+        .with_raw_output_schema(output)
         .with_annotations(annotations)
 }
 
@@ -293,35 +246,46 @@ async fn dispatch(
     match tool {
         ToolName::Doctor => {
             let _: args::NoArgs = call.parse()?;
-            doctor::doctor(ctx).await
+            data(doctor::doctor(ctx).await)
         }
         ToolName::Status | ToolName::ScopeStatus => {
             let _: args::NoArgs = call.parse()?;
-            scope_work::status(ctx, scope()?).await
+            data(scope_work::status(ctx, scope()?).await)
         }
         ToolName::ResultsList | ToolName::ScopeResultsList => {
-            scope_work::results_list(ctx, call, scope()?).await
+            data(scope_work::results_list(ctx, call, scope()?).await)
         }
         ToolName::ResultGet | ToolName::ScopeResultGet => {
-            scope_work::result_get(ctx, call, scope()?).await
+            data(scope_work::result_get(ctx, call, scope()?).await)
         }
-        ToolName::ShellRun | ToolName::ScopeRun => scope_work::run(ctx, call, scope()?).await,
+        ToolName::ShellRun | ToolName::ScopeRun => data(scope_work::run(ctx, call, scope()?).await),
         ToolName::Prewarm | ToolName::ScopePrewarm => {
-            scope_work::workers(ctx, call, scope()?, WorkerStep::Prewarm).await
+            data(scope_work::workers(ctx, call, scope()?, WorkerStep::Prewarm).await)
         }
         ToolName::WorkersReset | ToolName::ScopeWorkersReset => {
-            scope_work::workers(ctx, call, scope()?, WorkerStep::WorkersReset).await
+            data(scope_work::workers(ctx, call, scope()?, WorkerStep::WorkersReset).await)
         }
-        ToolName::ScopeStart => scope_lifecycle::scope_start(ctx, call).await,
-        ToolName::ScopeList => scope_lifecycle::scope_list(ctx, call),
-        ToolName::ScopeReset => scope_lifecycle::scope_reset(ctx, call, scope()?).await,
-        ToolName::ScopeStop => scope_lifecycle::scope_stop(ctx, call, scope()?).await,
-        ToolName::ScopeRemove => scope_lifecycle::scope_remove(ctx, call, scope()?).await,
-        ToolName::OperationGet => operation_tools::operation_get(ctx, call).await,
-        ToolName::OperationOutput => operation_tools::operation_output(ctx, call).await,
-        ToolName::OperationCancel => operation_tools::operation_cancel(ctx, call).await,
-        ToolName::Qualify => qualify::qualify(ctx, call).await,
+        ToolName::ScopeStart => data(scope_lifecycle::scope_start(ctx, call).await),
+        ToolName::ScopeList => data(scope_lifecycle::scope_list(ctx, call)),
+        ToolName::ScopeReset => data(scope_lifecycle::scope_reset(ctx, call, scope()?).await),
+        ToolName::ScopeStop => data(scope_lifecycle::scope_stop(ctx, call, scope()?).await),
+        ToolName::ScopeRemove => data(scope_lifecycle::scope_remove(ctx, call, scope()?).await),
+        ToolName::OperationGet => data(operation_tools::operation_get(ctx, call).await),
+        ToolName::OperationOutput => data(operation_tools::operation_output(ctx, call).await),
+        ToolName::OperationCancel => data(operation_tools::operation_cancel(ctx, call).await),
+        ToolName::Qualify => data(qualify::qualify(ctx, call).await),
     }
+}
+
+/// A handler's typed result as the envelope's `data`.
+fn data<T: Serialize>(result: Result<T, ToolError>) -> ToolResult {
+    let data = result?;
+    serde_json::to_value(data).map_err(|e| {
+        ToolError::new(
+            crate::error::ErrorKind::Internal,
+            format!("a result could not be serialized: {e}"),
+        )
+    })
 }
 
 /// Dispatches a call. `None` means no such tool (a protocol error for the caller).
@@ -431,12 +395,30 @@ mod tests {
         assert_eq!(props["include_base64"]["default"], false);
     }
 
-    /// Every byte of `tools/list` is read by the model each session.
+    /// Every byte of `tools/list` is read by the model each session: at most 32 KiB
+    /// with every tool's output schema, also for the longest directory name (255
+    /// bytes; shell_run and scope_run name it).
     #[test]
     fn tools_list_stays_small() {
-        let body = serde_json::json!({"tools": catalog("workspace")}).to_string();
-        eprintln!("tools/list result: {} bytes", body.len());
-        assert!(body.len() <= 24 * 1024, "{} bytes", body.len());
+        for project in ["workspace", &"w".repeat(255)] {
+            let body = serde_json::json!({"tools": catalog(project)}).to_string();
+            eprintln!("tools/list result: {} bytes", body.len());
+            assert!(body.len() <= 32 * 1024, "{} bytes", body.len());
+        }
+    }
+
+    /// The selector's length bound is stated once, in its pattern.
+    #[test]
+    fn the_selector_pattern_states_its_length_bound() {
+        let get = catalog("ws").remove(ToolName::ResultGet as usize);
+        let pattern = get.input_schema["properties"]["selector"]["pattern"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(
+            pattern,
+            format!("^[0-9a-f-]{{1,{}}}$", args::SELECTOR_MAX_BYTES)
+        );
     }
 
     #[test]

@@ -2,37 +2,42 @@
 
 use std::time::Duration;
 
-use serde_json::{Map, Value};
-
+use super::Call;
 use super::args::{self, OperationCancelArgs, OperationGetArgs, OperationOutputArgs};
-use super::views::{ViewOptions, read_fields};
-use super::{Call, object};
+use super::results::{
+    OperationCancelResult, OperationGetResult, OperationOutputResult, OperationSummary, WaitResult,
+};
+use super::views::{ViewOptions, output_view};
 use crate::context::ServerContext;
-use crate::error::{ToolError, ToolResult};
+use crate::error::ToolError;
 
 /// How long operation_cancel waits for the escalation to reap the child before
 /// answering (SIGINT, SIGTERM and SIGKILL steps together take at most ~4.5 s).
 const CANCEL_SETTLE: Duration = Duration::from_secs(6);
 
-pub(crate) async fn operation_get(ctx: &ServerContext, call: Call<'_>) -> ToolResult {
+pub(crate) async fn operation_get(
+    ctx: &ServerContext,
+    call: Call<'_>,
+) -> Result<OperationGetResult, ToolError> {
     let a: OperationGetArgs = call.parse()?;
     let wait = args::OPERATION_WAIT.duration(a.wait_ms)?;
     let op = ctx.ops.get(&a.operation_id, call.session)?;
     let status = call.wait_for_end(&op, wait).await;
-    let mut data = object(op.describe());
-    data.insert(
-        "wait_result".into(),
-        Value::from(if status.state.is_terminal() {
-            "ended"
+    Ok(OperationGetResult {
+        summary: OperationSummary::of(&op),
+        wait_result: if status.state.is_terminal() {
+            WaitResult::Ended
         } else {
-            "deadline_reached"
-        }),
-    );
-    data.insert("output_drained".into(), Value::from(status.output_drained));
-    Ok(Value::Object(data))
+            WaitResult::DeadlineReached
+        },
+        output_drained: status.output_drained,
+    })
 }
 
-pub(crate) async fn operation_output(ctx: &ServerContext, call: Call<'_>) -> ToolResult {
+pub(crate) async fn operation_output(
+    ctx: &ServerContext,
+    call: Call<'_>,
+) -> Result<OperationOutputResult, ToolError> {
     let a: OperationOutputArgs = call.parse()?;
     let max_bytes = args::max_bytes(a.max_bytes)?;
     // `tail_lines: 0` (its default) means no tail: read forward.
@@ -52,48 +57,44 @@ pub(crate) async fn operation_output(ctx: &ServerContext, call: Call<'_>) -> Too
     let opts = ViewOptions {
         include_base64: a.include_base64.unwrap_or(false),
     };
-    let mut data = Map::new();
-    data.insert("operation_id".into(), Value::from(op.id.to_string()));
-    data.insert(
-        "state".into(),
-        serde_json::to_value(status.state).unwrap_or(Value::Null),
-    );
-    data.extend(read_fields(&read, opts));
-    data.insert(
-        "output_complete".into(),
-        Value::from(
-            status.state.is_terminal()
-                && status.output_drained
-                && !read.capped
-                && !read.evicted
-                && tail_lines == 0,
-        ),
-    );
-    if read.capped {
-        data.insert(
-            "hint".into(),
-            Value::from("more output is retained: call again with since_seq = next_seq"),
-        );
+    let complete = status.state.is_terminal()
+        && status.output_drained
+        && !read.capped
+        && !read.evicted
+        && tail_lines == 0;
+    let hint = if read.capped {
+        Some("more output is retained: call again with since_seq = next_seq")
     } else if read.evicted {
-        data.insert("hint".into(), Value::from("part of the requested range exceeded retention and is gone; start_seq shows where the returned bytes begin"));
-    }
-    Ok(Value::Object(data))
+        Some(
+            "part of the requested range exceeded retention and is gone; start_seq shows where the returned bytes begin",
+        )
+    } else {
+        None
+    };
+    Ok(OperationOutputResult {
+        operation_id: op.id.to_string(),
+        state: status.state,
+        output: output_view(&read, opts),
+        output_complete: complete,
+        hint,
+    })
 }
 
-pub(crate) async fn operation_cancel(ctx: &ServerContext, call: Call<'_>) -> ToolResult {
+pub(crate) async fn operation_cancel(
+    ctx: &ServerContext,
+    call: Call<'_>,
+) -> Result<OperationCancelResult, ToolError> {
     let a: OperationCancelArgs = call.parse()?;
     let op = ctx.ops.get(&a.operation_id, call.session)?;
     let requested = op.request_cancel();
     call.wait_for_end(&op, CANCEL_SETTLE).await;
-    let mut data = object(op.describe());
-    data.insert("cancel_accepted".into(), Value::from(requested));
-    data.insert(
-        "note".into(),
-        Value::from(if requested {
+    Ok(OperationCancelResult {
+        summary: OperationSummary::of(&op),
+        cancel_accepted: requested,
+        note: if requested {
             "cancellation was requested; the outcome is cancellation_uncertain because signal delivery does not prove the sandbox work stopped"
         } else {
             "the operation had already ended (or was already being cancelled); nothing was signalled"
-        }),
-    );
-    Ok(Value::Object(data))
+        },
+    })
 }

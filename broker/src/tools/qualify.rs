@@ -4,19 +4,21 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use super::Call;
 use super::args::{self, QualifyArgs};
-use super::report::report_fields;
+use super::report::report_log;
+use super::results::QualifyResult;
 use crate::context::ServerContext;
-use crate::error::{ErrorKind, ToolError, ToolResult};
+use crate::error::{ErrorKind, ToolError};
 use crate::launch::{Plan, Step};
 use crate::operations::OpKind;
 
 pub(crate) const MAKE: &str = "/usr/bin/make";
 
-pub(crate) async fn qualify(ctx: &Arc<ServerContext>, call: Call<'_>) -> ToolResult {
+pub(crate) async fn qualify(
+    ctx: &Arc<ServerContext>,
+    call: Call<'_>,
+) -> Result<QualifyResult, ToolError> {
     let a: QualifyArgs = call.parse()?;
     let timeout = args::QUALIFY_TIMEOUT.duration(a.timeout_ms)?;
     let wait = args::QUALIFY_WAIT.duration(a.wait_ms)?;
@@ -37,11 +39,9 @@ pub(crate) async fn qualify(ctx: &Arc<ServerContext>, call: Call<'_>) -> ToolRes
         }],
     };
     let op = ticket.launch(ctx, call.session, plan, None)?;
-    let mut data = report_fields(&op, wait, call).await;
-    data.insert(
-        "gate".into(),
-        serde_json::to_value(a.gate).unwrap_or(Value::Null),
-    );
-    data.insert("make_target".into(), Value::from(target));
-    Ok(Value::Object(data))
+    Ok(QualifyResult {
+        report: report_log(&op, wait, call).await,
+        gate: a.gate,
+        make_target: target,
+    })
 }

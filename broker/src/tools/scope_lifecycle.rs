@@ -6,19 +6,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use marsh_scope_registry::{Event, MAX_LIVE_SCOPES, MAX_RETAINED_SCOPES, ScopeId, ScopeState};
-use serde_json::{Value, json};
-
+use super::Call;
 use super::args::{self, NoArgs, WaitArgs};
-use super::report::report_fields;
-use super::{Call, object};
+use super::report::report_log;
+use super::results::{
+    LifecycleResult, ScopeCounts, ScopeListResult, ScopeStopResult, ScopeSummary,
+};
 use crate::admission::{Admission, LifecycleStep, Ticket};
 use crate::context::ServerContext;
-use crate::error::{ErrorKind, ToolError, ToolResult};
+use crate::error::{ErrorKind, ToolError};
 use crate::launch::{Finish, Outcome, Plan, Step, Verdict, default_verdict, stderr_tail};
 use crate::marsh::{EXIT_BUSY, Verb};
 use crate::operations::{OpKind, OpState, Operation};
 use crate::scopes::{ScopeView, home_name, identity_error};
+use marsh_scope_registry::{Event, MAX_LIVE_SCOPES, MAX_RETAINED_SCOPES, ScopeId, ScopeState};
 
 /// The bound of every exact whole-scope lifecycle step.
 const SCOPE_LIFECYCLE_TIMEOUT: Duration = Duration::from_secs(600);
@@ -99,7 +100,7 @@ async fn launch_lifecycle(
     kind: OpKind,
     steps: Vec<Step>,
     wait: Duration,
-) -> ToolResult {
+) -> Result<LifecycleResult, ToolError> {
     let plan = Plan {
         kind,
         timeout: SCOPE_LIFECYCLE_TIMEOUT,
@@ -112,14 +113,18 @@ async fn launch_lifecycle(
         plan,
         Some(lifecycle_finish(id, kind, from)),
     )?;
-    let mut data = report_fields(&op, wait, call).await;
-    if let Ok(now) = ctx.scopes.view(id) {
-        data.insert("scope".into(), now.describe());
-    }
-    Ok(Value::Object(data))
+    let report = report_log(&op, wait, call).await;
+    Ok(LifecycleResult {
+        report,
+        scope: ctx.scopes.view(id).ok().as_ref().map(ScopeSummary::of),
+    })
 }
 
-pub(crate) async fn scope_start(ctx: &Arc<ServerContext>, call: Call<'_>) -> ToolResult {
+/// The operation's `scope_id` is the new scope's id.
+pub(crate) async fn scope_start(
+    ctx: &Arc<ServerContext>,
+    call: Call<'_>,
+) -> Result<LifecycleResult, ToolError> {
     let _: NoArgs = call.parse()?;
     if !ctx.scopes.is_managed() {
         return Err(ToolError::new(
@@ -130,30 +135,34 @@ pub(crate) async fn scope_start(ctx: &Arc<ServerContext>, call: Call<'_>) -> Too
     let (id, ticket) = ctx.admit_new_scope()?;
     let wait = Duration::from_millis(args::WAIT.default);
     let steps = vec![Step::Marsh(Verb::boot())];
-    let mut data =
-        object(launch_lifecycle(ctx, call, ticket, id, OpKind::ScopeStart, steps, wait).await?);
-    data.insert("scope_id".into(), Value::from(id.to_string()));
-    Ok(Value::Object(data))
+    launch_lifecycle(ctx, call, ticket, id, OpKind::ScopeStart, steps, wait).await
 }
 
-pub(crate) fn scope_list(ctx: &ServerContext, call: Call<'_>) -> ToolResult {
+pub(crate) fn scope_list(
+    ctx: &ServerContext,
+    call: Call<'_>,
+) -> Result<ScopeListResult, ToolError> {
     let _: NoArgs = call.parse()?;
-    let scopes: Vec<Value> = ctx.scopes.list().iter().map(ScopeView::describe).collect();
     let (live, retained, _) = ctx.scopes.counts();
-    Ok(json!({
-        "mode": ctx.scopes.mode(),
-        "scopes": scopes,
-        "live_generated": live,
-        "retained_generated": retained,
-        "limits": {"live_generated": MAX_LIVE_SCOPES, "retained_generated": MAX_RETAINED_SCOPES},
-    }))
+    Ok(ScopeListResult {
+        mode: ctx.scopes.mode(),
+        scopes: ctx.scopes.list().iter().map(ScopeSummary::of).collect(),
+        counts: ScopeCounts {
+            live_generated: live,
+            retained_generated: retained,
+        },
+        limits: ScopeCounts {
+            live_generated: MAX_LIVE_SCOPES,
+            retained_generated: MAX_RETAINED_SCOPES,
+        },
+    })
 }
 
 pub(crate) async fn scope_reset(
     ctx: &Arc<ServerContext>,
     call: Call<'_>,
     view: &ScopeView,
-) -> ToolResult {
+) -> Result<LifecycleResult, ToolError> {
     let a: WaitArgs = call.parse()?;
     let wait = args::WAIT.duration(a.wait_ms)?;
     let ticket = ctx.admit(view.id, Admission::Lifecycle(LifecycleStep::Reset))?;
@@ -170,7 +179,7 @@ pub(crate) async fn scope_stop(
     ctx: &Arc<ServerContext>,
     call: Call<'_>,
     view: &ScopeView,
-) -> ToolResult {
+) -> Result<ScopeStopResult, ToolError> {
     let a: WaitArgs = call.parse()?;
     let wait = args::WAIT.duration(a.wait_ms)?;
     // A stopped scope's persisted state is only ever left under its gate, by an
@@ -178,21 +187,25 @@ pub(crate) async fn scope_stop(
     // stopped is the truth, and stopping it again would only boot it.
     let now = ctx.scopes.view(view.id)?;
     if now.state() == ScopeState::Stopped && !now.identity_invalid() {
-        return Ok(
-            json!({"scope": now.describe(), "note": "the scope is already stopped; nothing was run"}),
-        );
+        return Ok(ScopeStopResult {
+            report: None,
+            scope: Some(ScopeSummary::of(&now)),
+            note: Some("the scope is already stopped; nothing was run"),
+        });
     }
     let ticket = ctx.admit(view.id, Admission::Lifecycle(LifecycleStep::Stop))?;
     // Boot/validate the exact runtime first so the stop addresses a proven daemon.
     let steps = vec![Step::Marsh(Verb::boot()), Step::Marsh(Verb::Stop)];
-    launch_lifecycle(ctx, call, ticket, view.id, OpKind::ScopeStop, steps, wait).await
+    launch_lifecycle(ctx, call, ticket, view.id, OpKind::ScopeStop, steps, wait)
+        .await
+        .map(ScopeStopResult::from)
 }
 
 pub(crate) async fn scope_remove(
     ctx: &Arc<ServerContext>,
     call: Call<'_>,
     view: &ScopeView,
-) -> ToolResult {
+) -> Result<LifecycleResult, ToolError> {
     let a: WaitArgs = call.parse()?;
     let wait = args::WAIT.duration(a.wait_ms)?;
     if view.id == ScopeId::Default {

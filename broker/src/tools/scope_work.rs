@@ -5,15 +5,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use marsh_scope_registry::{Event, ScopeId, ScopeState};
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
 
+use super::Call;
 use super::args::{self, ResultGetArgs, ResultsListArgs, SelectionArgs, ShellRunArgs};
-use super::report::{report, report_fields};
+use super::report::{report, report_log};
+use super::results::{
+    OperationReport, OperationSummary, ReceiptList, ReceiptOne, ReceiptRead, RuntimeState,
+    ScopeSummary, StatusResult, WorkersResult,
+};
 use super::views::ViewOptions;
-use super::{Call, object};
 use crate::admission::{Admission, WorkerStep};
 use crate::context::ServerContext;
-use crate::error::{ErrorKind, ToolError, ToolResult};
+use crate::error::{ErrorKind, ToolError};
 use crate::launch::{Finish, Outcome, Plan, Step, Verdict};
 use crate::marsh::Verb;
 use crate::operations::{OpKind, OpState, Operation};
@@ -38,18 +44,28 @@ fn read_permit(ctx: &ServerContext) -> Result<tokio::sync::SemaphorePermit<'_>, 
     })
 }
 
-fn strip_receipt(mut receipt: Value) -> Value {
-    if let Some(map) = receipt.as_object_mut() {
-        for key in HIDDEN_RECEIPT_FIELDS {
-            map.remove(*key);
-        }
+/// A receipt as a caller sees it: marsh's object without the hidden fields. marsh
+/// writes every receipt as an object; anything else is a backend failure, never
+/// passed on or replaced.
+fn strip_receipt(receipt: Value) -> Result<Map<String, Value>, ToolError> {
+    let Value::Object(mut map) = receipt else {
+        return Err(ToolError::new(
+            ErrorKind::BackendFailed,
+            "marsh answered a receipt that is not a JSON object",
+        ));
+    };
+    for key in HIDDEN_RECEIPT_FIELDS {
+        map.remove(*key);
     }
-    receipt
+    Ok(map)
 }
 
 /// Status of one scope. Only a ready scope's runtime is probed; a stopped one is
 /// `absent`, and failed or transitioning ones report their persisted state only.
-pub(crate) async fn status(ctx: &ServerContext, view: &ScopeView) -> ToolResult {
+pub(crate) async fn status(
+    ctx: &ServerContext,
+    view: &ScopeView,
+) -> Result<StatusResult, ToolError> {
     let state = view.state();
     let (runs, lifecycle) = ctx.scopes.gate(view.id).snapshot();
     let (runtime_state, runtime) = match state {
@@ -64,42 +80,36 @@ pub(crate) async fn status(ctx: &ServerContext, view: &ScopeView) -> ToolResult 
                 }
             }
             let running = raw.pointer("/daemon/state").and_then(Value::as_str) == Some("running");
-            (
-                if running { "present" } else { "absent" },
-                Value::Object(kept),
-            )
+            let present = if running {
+                RuntimeState::Present
+            } else {
+                RuntimeState::Absent
+            };
+            (present, Some(kept))
         }
-        ScopeState::Stopped => ("absent", Value::Null),
-        _ => ("unknown", Value::Null),
+        ScopeState::Stopped => (RuntimeState::Absent, None),
+        _ => (RuntimeState::Unknown, None),
     };
-    let mut data = match view.describe() {
-        Value::Object(m) => m,
-        _ => Map::new(),
-    };
-    data.insert("mode".into(), Value::from(ctx.scopes.mode()));
-    data.insert("runtime_state".into(), Value::from(runtime_state));
-    data.insert("runtime".into(), runtime);
-    data.insert("active_runs".into(), Value::from(runs));
-    data.insert("lifecycle_in_progress".into(), json!(lifecycle));
-    data.insert(
-        "operation_slots_free".into(),
-        Value::from(ctx.cap.available()),
-    );
-    data.insert(
-        "workspace_hash".into(),
-        Value::from(ctx.workspace_hash.clone()),
-    );
-    Ok(Value::Object(data))
+    Ok(StatusResult {
+        scope: ScopeSummary::of(view),
+        mode: ctx.scopes.mode(),
+        runtime_state,
+        runtime,
+        active_runs: runs,
+        lifecycle_in_progress: lifecycle,
+        operation_slots_free: ctx.cap.available(),
+        workspace_hash: ctx.workspace_hash.clone(),
+    })
 }
 
-/// A receipt read: what to ask marsh and how to shape its answer for the caller.
+/// A receipt query: what to ask marsh and how to shape its answer for the caller.
 #[derive(Debug, Clone)]
-enum ReceiptRead {
+enum ReceiptQuery {
     List { limit: usize },
     Get { selector: String },
 }
 
-impl ReceiptRead {
+impl ReceiptQuery {
     fn verb(&self) -> Verb {
         match self {
             Self::List { .. } => Verb::Results,
@@ -115,59 +125,91 @@ impl ReceiptRead {
     }
 
     /// marsh's answer as the caller sees it: hidden fields stripped, lists bounded.
-    fn shape(&self, scope: ScopeId, answer: Value) -> Value {
-        match self {
+    fn shape(&self, scope: ScopeId, answer: Value) -> Result<Value, ToolError> {
+        let shaped = match self {
             Self::List { limit } => {
-                let all = answer
-                    .get("results")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
+                let all = match answer {
+                    Value::Object(mut map) => match map.remove("results") {
+                        Some(Value::Array(all)) => all,
+                        _ => Vec::new(),
+                    },
+                    _ => Vec::new(),
+                };
                 let total = all.len();
-                let results: Vec<Value> = all.into_iter().take(*limit).map(strip_receipt).collect();
-                json!({
-                    "scope_id": scope.to_string(),
-                    "results": results,
-                    "returned": results.len(),
-                    "truncated": total > *limit,
+                let results = all
+                    .into_iter()
+                    .take(*limit)
+                    .map(strip_receipt)
+                    .collect::<Result<Vec<_>, _>>()?;
+                serde_json::to_value(ReceiptList {
+                    scope_id: scope.to_string(),
+                    returned: results.len(),
+                    results,
+                    truncated: total > *limit,
                 })
             }
-            Self::Get { .. } => {
-                json!({"scope_id": scope.to_string(), "result": strip_receipt(answer)})
-            }
-        }
+            Self::Get { .. } => serde_json::to_value(ReceiptOne {
+                scope_id: scope.to_string(),
+                result: strip_receipt(answer)?,
+            }),
+        };
+        shaped.map_err(|e| {
+            ToolError::new(
+                ErrorKind::Internal,
+                format!("a receipt answer could not be serialized: {e}"),
+            )
+        })
     }
 }
 
 /// Reads receipts of `view`: directly when it is ready (a bounded read, not an
 /// operation); a stopped scope's read is an operation on the admission path.
-async fn read_receipts(
+///
+/// `A` is the shaped answer's type ([`ReceiptList`] or [`ReceiptOne`]): the shaping is
+/// done once, as JSON (a stopped read's operation keeps it as its `result`), and read
+/// back as `A` here.
+async fn read_receipts<A: Serialize + DeserializeOwned>(
     ctx: &Arc<ServerContext>,
     call: Call<'_>,
     view: &ScopeView,
-    read: ReceiptRead,
+    read: ReceiptQuery,
     wait: Duration,
-) -> ToolResult {
+) -> Result<ReceiptRead<A>, ToolError> {
     if view.state() == ScopeState::Stopped && !view.identity_invalid() {
         return stopped_read(ctx, call, view.id, read, wait).await;
     }
     let home = ctx.scopes.ready_home(view)?;
     let _permit = read_permit(ctx)?;
     let answer = ctx.driver.query_json(&read.verb(), &home).await?;
-    Ok(read.shape(view.id, answer))
+    Ok(ReceiptRead {
+        answer: Some(typed_answer(read.shape(view.id, answer)?)?),
+        operation: None,
+        scope: None,
+        hint: None,
+    })
+}
+
+/// A shaped answer read back as its type; failing only if `shape` and `A` disagree.
+fn typed_answer<A: DeserializeOwned>(shaped: Value) -> Result<A, ToolError> {
+    serde_json::from_value(shaped).map_err(|e| {
+        ToolError::new(
+            ErrorKind::Internal,
+            format!("a receipt answer does not have its documented shape: {e}"),
+        )
+    })
 }
 
 /// The stopped-scope read as an operation: exclusive access, a slot, the read, then
 /// always an exact stop (600 s bound) whose failure marks the scope failed. Inline
-/// when it ends within `wait`; otherwise the operation id, and `operation_get` later
+/// when it ends within `wait`; otherwise the operation and a hint, and `operation_get` later
 /// carries the shaped answer as `result`.
-async fn stopped_read(
+async fn stopped_read<A: Serialize + DeserializeOwned>(
     ctx: &Arc<ServerContext>,
     call: Call<'_>,
     id: ScopeId,
-    read: ReceiptRead,
+    read: ReceiptQuery,
     wait: Duration,
-) -> ToolResult {
+) -> Result<ReceiptRead<A>, ToolError> {
     let ticket = ctx.admit(id, Admission::StoppedRead)?;
     let plan = Plan {
         kind: read.kind(),
@@ -182,36 +224,37 @@ async fn stopped_read(
     match (status.state.is_terminal(), op.result()) {
         // The receipts were read; the operation summary says whether the exact stop
         // that followed was proven (else the scope is now failed).
-        (true, Some(Value::Object(mut data))) => {
-            let mut summary = object(op.describe());
-            summary.remove("result");
-            data.insert("operation".into(), Value::Object(summary));
-            if let Ok(now) = ctx.scopes.view(id) {
-                data.insert("scope".into(), now.describe());
-            }
-            Ok(Value::Object(data))
+        (true, Some(answer)) => {
+            let mut summary = OperationSummary::of(&op);
+            summary.result = None;
+            Ok(ReceiptRead {
+                answer: Some(typed_answer(answer)?),
+                operation: Some(summary),
+                scope: ctx.scopes.view(id).ok().as_ref().map(ScopeSummary::of),
+                hint: None,
+            })
         }
-        (true, _) => Err(status.error.unwrap_or_else(|| {
+        (true, None) => Err(status.error.unwrap_or_else(|| {
             ToolError::new(
                 ErrorKind::BackendFailed,
                 "the stopped-scope read ended without an answer",
             )
         })),
-        (false, _) => {
-            let mut data = object(op.describe());
-            data.insert(
-                "hint".into(),
-                Value::from("reading a stopped scope: poll operation_get (wait_ms); its `result` carries the receipts"),
-            );
-            Ok(Value::Object(data))
-        }
+        (false, _) => Ok(ReceiptRead {
+            answer: None,
+            operation: Some(OperationSummary::of(&op)),
+            scope: None,
+            hint: Some(
+                "reading a stopped scope: poll operation_get with operation.operation_id (wait_ms); its `result` carries the receipts",
+            ),
+        }),
     }
 }
 
 /// Persists the scope's end (stopped again when the exact stop was proven, failed
 /// otherwise) and records the shaped answer. The operation succeeds only when both the
 /// read and the stop did; a failed read with a proven stop leaves the scope stopped.
-fn stopped_read_finish(id: ScopeId, read: ReceiptRead) -> Finish {
+fn stopped_read_finish(id: ScopeId, read: ReceiptQuery) -> Finish {
     Box::new(
         move |ctx: &ServerContext, op: &Operation, outcome: &Outcome| {
             // The stop always ran, cancel or not; only its own result decides.
@@ -232,7 +275,7 @@ fn stopped_read_finish(id: ScopeId, read: ReceiptRead) -> Finish {
                     .and(Err(ToolError::new(ErrorKind::BackendFailed, why)))
             };
             let answer = match &outcome.read {
-                Some(Ok(answer)) => Ok(read.shape(id, answer.clone())),
+                Some(Ok(answer)) => read.shape(id, answer.clone()),
                 Some(Err(e)) => Err(e.clone()),
                 None => Err(ToolError::new(
                     ErrorKind::BackendFailed,
@@ -266,25 +309,29 @@ pub(crate) async fn results_list(
     ctx: &Arc<ServerContext>,
     call: Call<'_>,
     view: &ScopeView,
-) -> ToolResult {
+) -> Result<ReceiptRead<ReceiptList>, ToolError> {
     let a: ResultsListArgs = call.parse()?;
     let limit = args::RESULTS_LIMIT.check(a.limit)? as usize;
     let wait = args::WAIT.duration(a.wait_ms)?;
-    read_receipts(ctx, call, view, ReceiptRead::List { limit }, wait).await
+    read_receipts(ctx, call, view, ReceiptQuery::List { limit }, wait).await
 }
 
 pub(crate) async fn result_get(
     ctx: &Arc<ServerContext>,
     call: Call<'_>,
     view: &ScopeView,
-) -> ToolResult {
+) -> Result<ReceiptRead<ReceiptOne>, ToolError> {
     let a: ResultGetArgs = call.parse()?;
     let selector = args::selector(&a.selector)?.to_owned();
     let wait = args::WAIT.duration(a.wait_ms)?;
-    read_receipts(ctx, call, view, ReceiptRead::Get { selector }, wait).await
+    read_receipts(ctx, call, view, ReceiptQuery::Get { selector }, wait).await
 }
 
-pub(crate) async fn run(ctx: &Arc<ServerContext>, call: Call<'_>, view: &ScopeView) -> ToolResult {
+pub(crate) async fn run(
+    ctx: &Arc<ServerContext>,
+    call: Call<'_>,
+    view: &ScopeView,
+) -> Result<OperationReport, ToolError> {
     let a: ShellRunArgs = call.parse()?;
     let command = args::command(&a.command)?;
     let timeout = args::TIMEOUT.duration(a.timeout_ms)?;
@@ -326,7 +373,7 @@ pub(crate) async fn workers(
     call: Call<'_>,
     view: &ScopeView,
     step: WorkerStep,
-) -> ToolResult {
+) -> Result<WorkersResult, ToolError> {
     let a: SelectionArgs = call.parse()?;
     let selection = args::selection(a.selection.as_deref())?;
     let wait = args::WAIT.duration(a.wait_ms)?;
@@ -347,7 +394,8 @@ pub(crate) async fn workers(
         steps: vec![Step::Marsh(verb)],
     };
     let op = ticket.launch(ctx, call.session, plan, None)?;
-    let mut data = report_fields(&op, wait, call).await;
-    data.insert("selection".into(), Value::from(selection));
-    Ok(Value::Object(data))
+    Ok(WorkersResult {
+        report: report_log(&op, wait, call).await,
+        selection,
+    })
 }

@@ -3,8 +3,8 @@
 //! the caller asks). Nothing is dropped silently: every cut or omission is flagged.
 
 use base64::Engine;
-use serde_json::{Map, Value};
 
+use super::results::{OutputView, TextState};
 use crate::output::ReadOut;
 
 /// Text views are dropped (state `omitted`, base64 kept) past this serialized size so
@@ -16,65 +16,72 @@ pub struct ViewOptions {
     pub include_base64: bool,
 }
 
-fn stream_view(
-    map: &mut Map<String, Value>,
-    prefix: &str,
-    bytes: &[u8],
-    truncated: bool,
-    opts: ViewOptions,
-) {
-    map.insert(format!("{prefix}_bytes"), Value::from(bytes.len()));
-    map.insert(format!("{prefix}_truncated"), Value::from(truncated));
-    let (text, state, needs_b64) = match std::str::from_utf8(bytes) {
-        Ok(text) => (
-            text.to_owned(),
-            if truncated { "truncated" } else { "utf8" },
-            false,
+fn base64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// One stream's view: its byte count, its text with the text's state, and base64 when
+/// the text is not the exact bytes (or the caller asked).
+struct StreamView {
+    bytes: usize,
+    text: String,
+    state: TextState,
+    base64: Option<String>,
+}
+
+fn stream_view(bytes: &[u8], truncated: bool, opts: ViewOptions) -> StreamView {
+    let (text, state) = match std::str::from_utf8(bytes) {
+        Ok(text) if truncated => (text.to_owned(), TextState::Truncated),
+        Ok(text) => (text.to_owned(), TextState::Utf8),
+        Err(_) => (
+            String::from_utf8_lossy(bytes).into_owned(),
+            TextState::Lossy,
         ),
-        Err(_) => (String::from_utf8_lossy(bytes).into_owned(), "lossy", true),
     };
-    map.insert(format!("{prefix}_text"), Value::from(text));
-    map.insert(format!("{prefix}_text_state"), Value::from(state));
-    if needs_b64 || opts.include_base64 {
-        map.insert(
-            format!("{prefix}_base64"),
-            Value::from(base64::engine::general_purpose::STANDARD.encode(bytes)),
-        );
+    let base64 = (state == TextState::Lossy || opts.include_base64).then(|| base64(bytes));
+    StreamView {
+        bytes: bytes.len(),
+        text,
+        state,
+        base64,
     }
 }
 
-/// Omits text views (keeping base64) until the serialized views fit the budget.
-fn fit(map: &mut Map<String, Value>, streams: [(&str, &[u8]); 2]) {
-    let size = |map: &Map<String, Value>| serde_json::to_vec(map).map_or(usize::MAX, |v| v.len());
-    for (prefix, bytes) in streams {
-        if size(map) <= TEXT_BUDGET {
-            return;
-        }
-        map.insert(format!("{prefix}_text"), Value::from(""));
-        map.insert(format!("{prefix}_text_state"), Value::from("omitted"));
-        map.insert(
-            format!("{prefix}_base64"),
-            Value::from(base64::engine::general_purpose::STANDARD.encode(bytes)),
-        );
-    }
-}
-
-/// The output fields of a read: both stream views plus the cursor fields.
-pub fn read_fields(read: &ReadOut, opts: ViewOptions) -> Map<String, Value> {
-    let mut map = Map::new();
+/// The output fields of a read: both stream views plus the cursor fields. Text views
+/// are omitted (stdout first, base64 kept) until the serialized view fits the budget.
+pub fn output_view(read: &ReadOut, opts: ViewOptions) -> OutputView {
     let truncated = read.capped;
-    stream_view(&mut map, "stdout", &read.stdout, truncated, opts);
-    stream_view(&mut map, "stderr", &read.stderr, truncated, opts);
-    fit(
-        &mut map,
-        [("stdout", &read.stdout), ("stderr", &read.stderr)],
-    );
-    map.insert("start_seq".into(), Value::from(read.start_seq));
-    map.insert("next_seq".into(), Value::from(read.next_seq));
-    map.insert("latest_seq".into(), Value::from(read.latest_seq));
-    map.insert("capped".into(), Value::from(read.capped));
-    map.insert("evicted".into(), Value::from(read.evicted));
-    map
+    let stdout = stream_view(&read.stdout, truncated, opts);
+    let stderr = stream_view(&read.stderr, truncated, opts);
+    let mut view = OutputView {
+        stdout_bytes: stdout.bytes,
+        stdout_truncated: truncated,
+        stdout_text: stdout.text,
+        stdout_text_state: stdout.state,
+        stdout_base64: stdout.base64,
+        stderr_bytes: stderr.bytes,
+        stderr_truncated: truncated,
+        stderr_text: stderr.text,
+        stderr_text_state: stderr.state,
+        stderr_base64: stderr.base64,
+        start_seq: read.start_seq,
+        next_seq: read.next_seq,
+        latest_seq: read.latest_seq,
+        capped: read.capped,
+        evicted: read.evicted,
+    };
+    let size = |view: &OutputView| serde_json::to_vec(view).map_or(usize::MAX, |v| v.len());
+    if size(&view) > TEXT_BUDGET {
+        view.stdout_text = String::new();
+        view.stdout_text_state = TextState::Omitted;
+        view.stdout_base64 = Some(base64(&read.stdout));
+    }
+    if size(&view) > TEXT_BUDGET {
+        view.stderr_text = String::new();
+        view.stderr_text_state = TextState::Omitted;
+        view.stderr_base64 = Some(base64(&read.stderr));
+    }
+    view
 }
 
 #[cfg(test)]
@@ -96,33 +103,33 @@ mod tests {
     #[test]
     fn invalid_utf8_comes_back_exactly_in_base64() {
         let bytes = b"ok\xff\xfe\x00end";
-        let map = read_fields(
+        let view = output_view(
             &read(bytes),
             ViewOptions {
                 include_base64: false,
             },
         );
-        assert_eq!(map["stdout_text_state"], "lossy");
-        let b64 = map["stdout_base64"].as_str().unwrap();
+        assert_eq!(view.stdout_text_state, TextState::Lossy);
+        let b64 = view.stdout_base64.unwrap();
         assert_eq!(
             base64::engine::general_purpose::STANDARD
                 .decode(b64)
                 .unwrap(),
             bytes
         );
-        assert!(map.get("stderr_base64").is_none());
+        assert!(view.stderr_base64.is_none());
     }
 
     #[test]
     fn oversized_text_is_omitted_not_dropped() {
         let bytes = vec![1u8; 200 * 1024];
-        let map = read_fields(
+        let view = output_view(
             &read(&bytes),
             ViewOptions {
                 include_base64: false,
             },
         );
-        assert_eq!(map["stdout_text_state"], "omitted");
-        assert!(map["stdout_base64"].as_str().unwrap().len() > 200 * 1024);
+        assert_eq!(view.stdout_text_state, TextState::Omitted);
+        assert!(view.stdout_base64.unwrap().len() > 200 * 1024);
     }
 }

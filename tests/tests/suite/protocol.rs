@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use marsh_tests::{Sandbox, Server, host_processes_with};
+use marsh_tests::{Sandbox, Server, TOOLS, host_processes_with};
 use serde_json::{Value, json};
 
 fn raw_server(sb: &Sandbox) -> Server {
@@ -112,33 +112,7 @@ fn tools_list_is_the_exact_catalog_with_closed_schemas() {
     let reply = s.request("tools/list", json!({}));
     let tools = reply["result"]["tools"].as_array().unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(
-        names,
-        [
-            "doctor",
-            "status",
-            "results_list",
-            "result_get",
-            "shell_run",
-            "prewarm",
-            "workers_reset",
-            "scope_start",
-            "scope_list",
-            "scope_status",
-            "scope_run",
-            "scope_results_list",
-            "scope_result_get",
-            "scope_prewarm",
-            "scope_workers_reset",
-            "scope_reset",
-            "scope_stop",
-            "scope_remove",
-            "operation_get",
-            "operation_output",
-            "operation_cancel",
-            "qualify"
-        ]
-    );
+    assert_eq!(names, TOOLS);
     for t in tools {
         assert_eq!(
             t["inputSchema"]["additionalProperties"], false,
@@ -156,9 +130,10 @@ fn tools_list_titles_hints_and_plain_optional_parameters() {
     let sb = Sandbox::new();
     let mut s = Server::start(&sb, &sb.serve_home_args(&[]), &[]);
     let reply = s.request("tools/list", json!({}));
+    // With every tool's output schema (suite::output_schemas measures it too).
     let body = reply["result"].to_string();
     assert!(
-        body.len() <= 24 * 1024,
+        body.len() <= 32 * 1024,
         "tools/list is {} bytes",
         body.len()
     );

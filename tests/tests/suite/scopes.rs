@@ -151,9 +151,13 @@ fn a_stopped_scope_read_with_wait_ms_0_is_an_operation_of_this_session() {
         "scope_results_list",
         json!({"scope_id": a, "wait_ms": 0, "limit": 5}),
     );
-    assert_eq!(started["state"], "running", "{started}");
-    assert_eq!(started["kind"], "results_list");
-    let id = started["operation_id"].as_str().unwrap().to_string();
+    // Pending: the operation (nested) and a hint, no receipts yet.
+    let op = &started["operation"];
+    assert_eq!(op["state"], "running", "{started}");
+    assert_eq!(op["kind"], "results_list");
+    assert!(started.get("results").is_none(), "{started}");
+    assert!(started["hint"].as_str().unwrap().contains("operation_get"));
+    let id = op["operation_id"].as_str().unwrap().to_string();
     // It holds the scope exclusively while it runs: a lifecycle call is busy (or,
     // had the read already ended, scope_stop finds the scope stopped and runs nothing).
     let busy = s.call("scope_stop", json!({"scope_id": a}));

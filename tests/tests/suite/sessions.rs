@@ -368,3 +368,243 @@ fn a_second_serve_on_a_leased_root_says_so_in_the_initialize_reply() {
     assert!(second.stderr().contains("leased"), "{}", second.stderr());
     first.close();
 }
+
+/// One HTTP/1.1 request on the broker socket with the right token (`Connection:
+/// close`): the status and the body.
+fn broker_http(sb: &Sandbox, method: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let dir = sb.broker_dir().unwrap();
+    let token = fs::read_to_string(dir.join("auth-token")).unwrap();
+    let mut stream = std::os::unix::net::UnixStream::connect(dir.join("broker.sock")).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: b\r\nauthorization: Bearer {}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        token.trim()
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let status = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string());
+    (status, body.unwrap_or_default())
+}
+
+/// How a [`vanishing_broker`] answers the session request it gets after its probe.
+#[derive(Clone, Copy, Debug)]
+enum Vanish {
+    /// Closes the connection without a word, like a broker that exits with a request
+    /// in flight (or in its listen backlog).
+    Silently,
+    /// Answers 503 `stopping`, like a broker whose idle timer fired a moment earlier.
+    Stopping,
+}
+
+/// A stand-in for a broker caught between `connect --start`'s probe and its session
+/// request, on the runtime directory's socket: it answers probes exactly as `probe`
+/// (the identity of a real broker of this configuration), and at the first session
+/// request removes its socket and goes away as `how` says. Returns the request lines
+/// it saw (bounded: it gives up after 60 s).
+fn vanishing_broker(
+    sb: &Sandbox,
+    probe: Value,
+    how: Vanish,
+) -> std::thread::JoinHandle<Vec<String>> {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::fs::PermissionsExt;
+    let socket = sb.broker_dir().unwrap().join("broker.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    fs::set_permissions(&socket, fs::Permissions::from_mode(0o600)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            let mut stream = match listener.accept() {
+                Ok((stream, _)) => stream,
+                Err(_) => {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
+            };
+            stream.set_nonblocking(false).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = Vec::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                head.push(line.trim_end().to_string());
+            }
+            let first = head.first().cloned().unwrap_or_default();
+            seen.push(first.clone());
+            if first.starts_with("GET /v1/probe ") {
+                let body = probe.to_string();
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                continue;
+            }
+            // The session request: this broker is gone from here on.
+            let _ = fs::remove_file(&socket);
+            if let Vanish::Stopping = how {
+                let body = json!({"error": {"kind": "stopping", "message": "the broker is stopping; start it again"}}).to_string();
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+            break;
+        }
+        seen
+    })
+}
+
+/// The race `connect --start` must survive: its probe finds a compatible broker, which
+/// idles out before the session request reaches it. A stand-in answers the probe with a
+/// real broker's identity and vanishes at the session request (both ways a real one
+/// can); the proxy starts a broker again and its client never notices.
+#[test]
+fn connect_start_starts_a_broker_again_when_the_probed_one_is_gone_before_the_session() {
+    let sb = Sandbox::new();
+    let _brokers = BrokersUnder(sb.root());
+    // A real broker of this configuration, to learn the identity a probe answers with.
+    let (code, stderr) = sb.broker_start();
+    assert_eq!(code, Some(0), "{stderr}");
+    let (status, body) = broker_http(&sb, "GET", "/v1/probe");
+    assert_eq!(status, 200, "{body}");
+    let mut probe: Value = serde_json::from_str(&body).unwrap();
+    let stop = sb.broker_args("broker-stop", &[]);
+    let (code, stderr) = sb.startup(&stop, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+
+    for how in [Vanish::Silently, Vanish::Stopping] {
+        probe["pid"] = json!(0);
+        let fake = vanishing_broker(&sb, probe.clone(), how);
+        let mut s = Server::spawn(sb.marsh_mcp(
+            &connect_start_args(&sb, &["--idle-exit-secs", "30"]),
+            &[("MARSH_MCP_LOG", "info")],
+        ));
+        initialized(&mut s);
+        assert_eq!(s.tool_names().len(), 22, "{how:?}");
+        let ran = s.ok("shell_run", json!({"command": "echo after-the-race"}));
+        assert_eq!(ran["stdout_text"], "after-the-race\n", "{how:?}: {ran}");
+        let seen = fake.join().unwrap();
+        assert_eq!(seen.len(), 2, "{how:?}: the stand-in saw {seen:?}");
+        assert!(seen[0].starts_with("GET /v1/probe "), "{seen:?}");
+        assert!(seen[1].starts_with("POST /v1/session "), "{seen:?}");
+        let stderr = s.stderr();
+        assert!(
+            stderr.contains("broker already running (pid 0)")
+                && stderr.contains("went away before the session opened; starting again")
+                && stderr.contains("broker started (pid "),
+            "{how:?}: {stderr}"
+        );
+        let fresh = sb.broker_pid();
+        assert!(fresh > 0 && alive(fresh), "{how:?}");
+        assert_eq!(broker_pids(&sb.root()), vec![fresh], "{how:?}");
+        assert!(s.close().success(), "{how:?}");
+        let (code, stderr) = sb.startup(&stop, &[]);
+        assert_eq!(code, Some(0), "{how:?}: {stderr}");
+    }
+}
+
+/// The same race with the real idle timer: a broker with a 1 s idle period, and new
+/// `connect --start` sessions begun at offsets around its expiry (each one's end starts
+/// the next idle period). Whether the broker is still there, half gone or gone, every
+/// session initializes and lists the tools.
+#[test]
+fn connect_start_sessions_begun_around_the_idle_expiry_all_work() {
+    let sb = Sandbox::new();
+    let _brokers = BrokersUnder(sb.root());
+    let idle = ["--idle-exit-secs", "1"];
+    let mut first = spawn_connect_start(&sb, &idle);
+    initialized(&mut first);
+    assert!(first.close().success());
+    let mut brokers = vec![sb.broker_pid()];
+    let mut retried = 0;
+    for offset_ms in (100..=900).step_by(50) {
+        std::thread::sleep(Duration::from_millis(offset_ms));
+        let mut s = Server::spawn(sb.marsh_mcp(
+            &connect_start_args(&sb, &idle),
+            &[("MARSH_MCP_LOG", "info")],
+        ));
+        let init = s.initialize();
+        assert!(
+            init.get("result").is_some(),
+            "offset {offset_ms} ms: initialize failed: {init}; stderr: {}",
+            s.stderr()
+        );
+        assert_eq!(s.tool_names().len(), 22, "offset {offset_ms} ms");
+        let pid = sb.broker_pid();
+        if brokers.last() != Some(&pid) {
+            brokers.push(pid);
+        }
+        let so_far = s.stderr();
+        if so_far.contains("starting again") {
+            retried += 1;
+        }
+        let status = s.close();
+        assert!(
+            status.success(),
+            "offset {offset_ms} ms: {status}; stderr before the close: {so_far}"
+        );
+    }
+    // Informational, not asserted: how often the timer won (a new broker) and how often
+    // it won between a session's probe and its request (a retry).
+    eprintln!("brokers across the offsets: {brokers:?}; sessions that retried: {retried}");
+}
+
+/// A broker `connect --start` starts can find the root's lease still held — by a broker
+/// that is itself exiting (idle, or stopped as incompatible) — and exit at once.
+/// `connect --start` then waits a moment and starts it again instead of failing with a
+/// "did not come up" that names the old pid. Here the test holds the lease itself until
+/// the first started broker has exited.
+#[test]
+fn connect_start_waits_out_a_lease_still_held_as_its_broker_starts() {
+    let sb = Sandbox::new();
+    let _brokers = BrokersUnder(sb.root());
+    // The root exists (and with it control.lock) once a broker has run on it.
+    let (code, stderr) = sb.broker_start();
+    assert_eq!(code, Some(0), "{stderr}");
+    let stop = sb.broker_args("broker-stop", &[]);
+    let (code, stderr) = sb.startup(&stop, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+
+    let lease = fs::File::open(sb.root().join("control.lock")).unwrap();
+    lease.lock().unwrap();
+    let mut s = Server::spawn(sb.marsh_mcp(
+        &connect_start_args(&sb, &["--idle-exit-secs", "30"]),
+        &[("MARSH_MCP_LOG", "info")],
+    ));
+    // Held until the first started broker has met it and exited.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !s.stderr().contains("the started broker exited at once") {
+        assert!(Instant::now() < deadline, "{}", s.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(lease);
+    initialized(&mut s);
+    assert_eq!(s.tool_names().len(), 22);
+    let ran = s.ok("shell_run", json!({"command": "echo after-the-lease"}));
+    assert_eq!(ran["stdout_text"], "after-the-lease\n", "{ran}");
+    let stderr = s.stderr();
+    assert!(
+        stderr.contains("the started broker exited at once")
+            && stderr.contains("starting again in")
+            && stderr.contains("broker started (pid "),
+        "{stderr}"
+    );
+    assert!(s.close().success());
+    let (code, stderr) = sb.startup(&stop, &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+}
