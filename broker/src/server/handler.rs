@@ -75,9 +75,7 @@ impl ServerHandler for McpSession {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(tools::catalog(
-            &self.ctx.project_name(),
-        )))
+        Ok(ListToolsResult::with_all_items(self.ctx.catalog()))
     }
 
     async fn call_tool(

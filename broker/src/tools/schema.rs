@@ -420,6 +420,102 @@ mod tests {
         same_fields::<QualifyResult>();
     }
 
+    /// The top-level `data` fields of every result type, as clients see them: a field
+    /// renamed, dropped or added changes the wire format, so it must change here too
+    /// (and in README), on purpose. The harness cannot notice a dropped field (the
+    /// published schemas require nothing).
+    #[test]
+    fn the_wire_fields_of_every_result_type_are_the_documented_ones() {
+        const HEAD: &str = "cancel_requested created_ms duration_ms error exit_code finished_ms kind operation_id scope_id signal started_ms state timeout_ms";
+        const OUTPUT: &str = "capped evicted latest_seq next_seq start_seq stderr_base64 stderr_bytes stderr_text stderr_text_state stderr_truncated stdout_base64 stdout_bytes stdout_text stdout_text_state stdout_truncated";
+        const SCOPE: &str = "created_ms identity_invalid last_error last_operation scope_id state";
+        let fields = |lists: &[&str]| {
+            let mut names: Vec<String> = lists
+                .iter()
+                .flat_map(|l| l.split(' '))
+                .map(str::to_owned)
+                .collect();
+            names.sort();
+            names.dedup();
+            names
+        };
+        let report = [HEAD, OUTPUT, "hint output_complete"];
+        let check = |got: Vec<String>, want: Vec<String>, what: &str| {
+            assert_eq!(got, want, "{what}: {}", got.join(" "));
+        };
+        check(
+            itemised(&published_data::<OperationReport>()),
+            fields(&report),
+            "OperationReport",
+        );
+        check(
+            itemised(&published_data::<WorkersResult>()),
+            fields(&[&report[..], &["selection"]].concat()),
+            "WorkersResult",
+        );
+        check(
+            itemised(&published_data::<QualifyResult>()),
+            fields(&[&report[..], &["gate make_target"]].concat()),
+            "QualifyResult",
+        );
+        check(
+            itemised(&published_data::<LifecycleResult>()),
+            fields(&[&report[..], &["scope"]].concat()),
+            "LifecycleResult",
+        );
+        check(
+            itemised(&published_data::<ScopeStopResult>()),
+            fields(&[&report[..], &["scope note"]].concat()),
+            "ScopeStopResult",
+        );
+        let summary = [HEAD, "latest_seq result stderr_bytes stdout_bytes"];
+        check(
+            itemised(&published_data::<OperationGetResult>()),
+            fields(&[&summary[..], &["output_drained wait_result"]].concat()),
+            "OperationGetResult",
+        );
+        check(
+            itemised(&published_data::<OperationCancelResult>()),
+            fields(&[&summary[..], &["cancel_accepted note"]].concat()),
+            "OperationCancelResult",
+        );
+        check(
+            itemised(&published_data::<OperationOutputResult>()),
+            fields(&[OUTPUT, "hint operation_id output_complete state"]),
+            "OperationOutputResult",
+        );
+        check(
+            itemised(&published_data::<StatusResult>()),
+            fields(&[
+                SCOPE,
+                "active_runs lifecycle_in_progress mode operation_slots_free runtime runtime_state workspace_hash",
+            ]),
+            "StatusResult",
+        );
+        check(
+            itemised(&published_data::<ScopeListResult>()),
+            fields(&["limits live_generated mode retained_generated scopes"]),
+            "ScopeListResult",
+        );
+        check(
+            itemised(&published_data::<ReceiptRead<ReceiptList>>()),
+            fields(&["hint operation results returned scope scope_id truncated"]),
+            "ReceiptRead<ReceiptList>",
+        );
+        check(
+            itemised(&published_data::<ReceiptRead<ReceiptOne>>()),
+            fields(&["hint operation result scope scope_id"]),
+            "ReceiptRead<ReceiptOne>",
+        );
+        check(
+            itemised(&published_data::<DoctorReport>()),
+            fields(&[
+                "checks child_environment default_scope_state full_sbx_control healthy limits mode operations scopes server_name version workspace_hash",
+            ]),
+            "DoctorReport",
+        );
+    }
+
     #[test]
     fn the_strict_schema_requires_what_is_always_sent() {
         let strict = strict_data_schema::<OperationReport>();
