@@ -96,7 +96,11 @@ pub(crate) type Finish =
 
 /// Creates the record, marks it running and supervises `plan` in the background.
 /// `held` (cap permit, scope guards) is dropped only after the last step ended and the
-/// verdict is recorded.
+/// verdict is decided (a `finish` has persisted the scope's state), and before the
+/// terminal state is published: whoever sees the operation end (an `operation_get`,
+/// an `operation_cancel`) may start the next one at once and must find the slot and the
+/// scope free. The other order let a caller that had just seen the end be refused
+/// `capacity_exhausted`.
 pub(crate) fn start<H: Send + 'static>(
     ctx: &Arc<ServerContext>,
     op: Arc<Operation>,
@@ -119,8 +123,8 @@ pub(crate) fn start<H: Send + 'static>(
             .ending
             .as_ref()
             .map_or((None, None), Ending::exit_parts);
-        running.finish(verdict.state, code, signal, verdict.error, outcome.drained);
         drop(held);
+        running.finish(verdict.state, code, signal, verdict.error, outcome.drained);
     });
     Ok(op)
 }
