@@ -18,32 +18,27 @@ use std::sync::Arc;
 
 use rmcp::model::JsonObject;
 use schemars::JsonSchema;
+use schemars::generate::{SchemaGenerator, SchemaSettings};
 use serde_json::{Map, Value, json};
 
 /// `T`'s input schema as clients need it: optional parameters typed plainly
 /// (`integer`, not `["integer", "null"]`) with their `default`, so form-based clients
 /// and CLIs can set them. An explicit `null` is still accepted (it means the default).
 pub(crate) fn input_schema<T: JsonSchema>() -> Arc<JsonObject> {
-    let mut map = root_of::<T>();
+    let mut map = root_of::<T>(SchemaSettings::default().into_generator());
     // The tool's own title and description say this.
     map.remove("title");
     map.remove("description");
-    let defs = map.remove("$defs");
+    let defs = take_defs(&mut map);
     if let Some(Value::Object(props)) = map.get_mut("properties") {
         props.values_mut().for_each(plain_property);
-        if let Some(Value::Object(defs)) = &defs {
-            props.values_mut().for_each(|p| inline_ref(p, defs));
-        }
     }
-    // Kept only if something still refers to it.
-    if let Some(defs) = defs
-        && map
-            .get("properties")
-            .is_some_and(|p| p.to_string().contains("$ref"))
-    {
-        map.insert("$defs".into(), defs);
+    let mut schema = Value::Object(map);
+    inline_refs(&mut schema, &defs);
+    match schema {
+        Value::Object(map) => Arc::new(map),
+        _ => Arc::new(JsonObject::new()),
     }
-    Arc::new(map)
 }
 
 /// The output schema of a tool whose `data` is a `T`, as published: the envelope every
@@ -58,36 +53,30 @@ pub(crate) fn output_schema<T: JsonSchema>() -> Arc<JsonObject> {
 /// `T`'s own schema with every `$ref` inlined and no prose, but every `required` kept:
 /// the reference the published form is derived from and compared with (the unit tests
 /// here: the same fields, only looser).
-pub(crate) fn strict_data_schema<T: JsonSchema>() -> Value {
+fn strict_data_schema<T: JsonSchema>() -> Value {
     // The serialize contract: a field is required unless it has `skip_serializing_if`
     // (an `Option` sent as `null` is required and nullable), which is what a result
     // carries. The default (deserialize) contract would make every `Option` optional.
-    let generator = schemars::generate::SchemaSettings::draft2020_12()
-        .for_serialize()
-        .into_generator();
-    let mut data = match serde_json::to_value(generator.into_root_schema_for::<T>()) {
-        Ok(Value::Object(mut map)) => {
-            map.remove("$schema");
-            Value::Object(map)
+    let mut map = root_of::<T>(
+        SchemaSettings::draft2020_12()
+            .for_serialize()
+            .into_generator(),
+    );
+    let defs = take_defs(&mut map);
+    let mut data = Value::Object(map);
+    inline_refs(&mut data, &defs);
+    each_subschema(&mut data, &mut |map| {
+        for key in DROPPED_OUTPUT_KEYWORDS {
+            map.remove(*key);
         }
-        _ => Value::Object(Map::new()),
-    };
-    let defs = match &mut data {
-        Value::Object(map) => map.remove("$defs"),
-        _ => None,
-    };
-    let defs = match defs {
-        Some(Value::Object(defs)) => defs,
-        _ => Map::new(),
-    };
-    inline_and_strip(&mut data, &defs);
+    });
     data
 }
 
 /// The envelope around a `data` schema. `error` is named field by field only by its
 /// `required` list: the same three fields in every tool, so their types (string,
 /// string, boolean) are left to README rather than repeated 22 times.
-pub(crate) fn envelope(data: Value) -> Arc<JsonObject> {
+fn envelope(data: Value) -> Arc<JsonObject> {
     let envelope = json!({
         "type": "object",
         "properties": {
@@ -103,13 +92,21 @@ pub(crate) fn envelope(data: Value) -> Arc<JsonObject> {
     }
 }
 
-/// `T`'s schema as an object without `$schema` (implied by MCP).
-fn root_of<T: JsonSchema>() -> Map<String, Value> {
-    match serde_json::to_value(schemars::schema_for!(T)) {
+/// `T`'s schema from `generator`, as an object without `$schema` (implied by MCP).
+fn root_of<T: JsonSchema>(generator: SchemaGenerator) -> Map<String, Value> {
+    match serde_json::to_value(generator.into_root_schema_for::<T>()) {
         Ok(Value::Object(mut map)) => {
             map.remove("$schema");
             map
         }
+        _ => Map::new(),
+    }
+}
+
+/// Removes and returns the schema's `$defs` (empty if none).
+fn take_defs(map: &mut Map<String, Value>) -> Map<String, Value> {
+    match map.remove("$defs") {
+        Some(Value::Object(defs)) => defs,
         _ => Map::new(),
     }
 }
@@ -152,9 +149,9 @@ fn each_subschema(schema: &mut Value, f: &mut impl FnMut(&mut Map<String, Value>
     }
 }
 
-/// Inlines every `$ref` to `defs` (repeatedly: a definition may refer to another)
-/// and drops [`DROPPED_OUTPUT_KEYWORDS`].
-fn inline_and_strip(schema: &mut Value, defs: &Map<String, Value>) {
+/// Inlines every `$ref` to `defs`, repeatedly (a definition may refer to another), so
+/// a client sees each type without resolving references.
+fn inline_refs(schema: &mut Value, defs: &Map<String, Value>) {
     // The types form no cycles, so each pass removes a level; the bound only guards
     // against a future recursive type.
     for _ in 0..16 {
@@ -178,11 +175,6 @@ fn inline_and_strip(schema: &mut Value, defs: &Map<String, Value>) {
             break;
         }
     }
-    each_subschema(schema, &mut |map| {
-        for key in DROPPED_OUTPUT_KEYWORDS {
-            map.remove(*key);
-        }
-    });
 }
 
 /// The published form of a strict `data` schema, equivalent or looser, never
@@ -311,24 +303,6 @@ fn string_constants(branches: &[Value]) -> Option<Vec<Value>> {
         }
     }
     Some(values)
-}
-
-/// A property that is a `{"$ref": "#/$defs/X"}` becomes X itself (an enum such as
-/// `qualify`'s `gate`), so a client sees its type without resolving references.
-fn inline_ref(property: &mut Value, defs: &Map<String, Value>) {
-    let Value::Object(p) = property else { return };
-    let target = p
-        .get("$ref")
-        .and_then(Value::as_str)
-        .and_then(|r| r.strip_prefix("#/$defs/"))
-        .and_then(|name| defs.get(name));
-    if let Some(Value::Object(def)) = target {
-        let def = def.clone();
-        p.remove("$ref");
-        for (key, value) in def {
-            p.entry(key).or_insert(value);
-        }
-    }
 }
 
 /// One property without `null` in its type, without the non-standard `format: uint64`
