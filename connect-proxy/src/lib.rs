@@ -5,13 +5,9 @@
 //! unchanged.
 
 mod client;
-mod frames;
 mod relay;
-mod stdio;
 
 pub use client::{
     BrokerClient, ClientError, PROBE_PATH, SESSION_PATH, STOP_PATH, UPGRADE_PROTOCOL,
 };
-pub use frames::{Frame, FrameReader, MAX_FRAME_BYTES};
-pub use relay::{RelayEnd, oversized_error, oversized_reply, relay, request_id_in_prefix};
-pub use stdio::{client_stdin, client_stdout};
+pub use relay::{RelayEnd, relay};

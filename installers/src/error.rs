@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::published::DeclarationError;
+use marsh_publication::DeclarationError;
 
 /// One variant per failing step; each names what it failed on and what to do.
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,6 @@ mod claude;
 mod codex;
 mod error;
 mod publication;
-pub mod published;
 mod registration;
 mod runner;
 mod sbx;

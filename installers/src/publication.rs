@@ -7,7 +7,7 @@
 //! unset and the arguments `export_serve_args(W, H, D, G, M, S)` — D the declaration
 //! `<control>/mcp/published/NAME.json`, M the `marsh` beside this `marsh-mcp`, G the
 //! generation and S the absolute sbx it pins — and the declaration must pass
-//! [`published::load`] for W, H and that same G and name NAME. Only then is the client
+//! [`marsh_publication::load`] for W, H and that same G and name NAME. Only then is the client
 //! entry `SERVER → marsh-mcp <those arguments>` installed with the verified discipline
 //! (read first; identical → nothing changes; different → refused untouched; absent →
 //! added and read back). Any mismatch is refused before any client command.
@@ -24,11 +24,11 @@ use serde_json::Value;
 
 use crate::InstallError;
 use crate::codex::{ArgsRule, Codex, Exact};
-use crate::published::{self, Expectation};
 use crate::registration::{Environment, canonical, resolve_sbx, safe};
 use crate::runner::Runner;
 use crate::sbx::inspect_server;
 use crate::verified;
+use marsh_publication::{self as published, Expectation};
 
 /// Clients a published command can be installed into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,129 @@
+//! The backend's health, as `marsh status` reports it before any job is tried and as a
+//! running daemon reports what it put in force.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::BackendConfig;
+use crate::error::{Error, Result};
+use crate::home::Home;
+use crate::limits::{self, LimitsReport};
+use crate::sandbox::{BWRAP_FIX, Isolation};
+
+/// `status.backend`. Invariant: `healthy` ⇔ `problem` is null; text never holds a host
+/// path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendReport {
+    pub healthy: bool,
+    pub problem: Option<String>,
+    pub fix: Option<String>,
+    /// `"bwrap"` or `"unconfined"`; null when no job can run.
+    pub isolation: Option<String>,
+    /// `"loopback"` or `"host"`; null when the settings cannot be read.
+    pub network: Option<String>,
+    pub limits: Option<LimitsReport>,
+}
+
+/// The settings and isolation a daemon booted now would use.
+pub struct Assessment {
+    pub config: BackendConfig,
+    pub isolation: Isolation,
+}
+
+/// Reads the settings and finds the isolation; every failure is [`Error::Backend`].
+/// With a `workspace`, settings a job could have written are refused too.
+pub fn assess(
+    home: &Home,
+    user_home: Option<&OsString>,
+    workspace: Option<&Path>,
+) -> Result<Assessment> {
+    let config = BackendConfig::load(home, user_home)?;
+    if let Some(workspace) = workspace {
+        config.ensure_outside(workspace)?;
+    }
+    let isolation = Isolation::detect(&config)?;
+    Ok(Assessment { config, isolation })
+}
+
+impl BackendReport {
+    /// The report of what a daemon put in force.
+    pub fn in_force(config: &BackendConfig, isolation: &Isolation, limits: &LimitsReport) -> Self {
+        Self {
+            healthy: true,
+            problem: None,
+            fix: None,
+            isolation: Some(isolation.label().into()),
+            network: Some(config.network.label().into()),
+            limits: Some(limits.clone()),
+        }
+    }
+
+    /// The report without a daemon: what a boot would use, or why it would fail.
+    pub fn predicted(home: &Home, user_home: Option<&OsString>) -> Self {
+        match assess(home, user_home, None) {
+            Ok(found) => Self::in_force(
+                &found.config,
+                &found.isolation,
+                &limits::probe(&found.config),
+            ),
+            Err(e) => Self::failing(&e, BackendConfig::load(home, user_home).ok()),
+        }
+    }
+
+    fn failing(error: &Error, config: Option<BackendConfig>) -> Self {
+        let problem = match error {
+            Error::Backend(reason) => reason.clone(),
+            other => other.to_string(),
+        };
+        let fix = if problem.contains("bubblewrap") {
+            BWRAP_FIX.to_string()
+        } else {
+            "correct or remove backend.json in the marsh home (see docs/linux-backend.md)"
+                .to_string()
+        };
+        Self {
+            healthy: false,
+            problem: Some(problem),
+            fix: Some(fix),
+            isolation: None,
+            network: config.as_ref().map(|c| c.network.label().into()),
+            limits: config.as_ref().map(limits::probe),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn a_missing_bwrap_is_unhealthy_with_the_fix_and_no_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::at(dir.path());
+        std::fs::write(
+            dir.path().join(crate::config::FILE_NAME),
+            r#"{"bwrap": "/nonexistent/secret-dir/bwrap", "network": "host"}"#,
+        )
+        .unwrap();
+        let report = BackendReport::predicted(&home, None);
+        assert!(!report.healthy);
+        assert_eq!(report.fix.as_deref(), Some(BWRAP_FIX));
+        assert_eq!(report.isolation, None);
+        assert_eq!(report.network.as_deref(), Some("host"));
+        let text = serde_json::to_string(&report).unwrap();
+        assert!(!text.contains("secret-dir"), "{text}");
+    }
+
+    #[test]
+    fn a_malformed_settings_file_is_unhealthy() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(crate::config::FILE_NAME), "{\"x\":1}").unwrap();
+        let report = BackendReport::predicted(&Home::at(dir.path()), None);
+        assert!(!report.healthy);
+        assert!(report.fix.unwrap().contains("backend.json"));
+        assert_eq!(report.network, None);
+    }
+}

@@ -1,0 +1,36 @@
+//! Export mode (`export-serve`, or `serve --declaration`): one published tool from a
+//! declaration, none of the development tools. See README "Publishing a command".
+//!
+//! Rejected alternative: serving the tool through the development server's catalog
+//! with the other tools hidden. Export mode has different startup rules, different
+//! result fields and no scopes; a separate handler cannot leak a development tool.
+
+mod bind;
+mod result;
+mod run;
+mod session;
+mod startup;
+
+use std::ffi::OsString;
+use std::sync::Arc;
+
+use crate::cli::ExportArgs;
+use crate::server::run_handler;
+
+/// Validates everything, then serves one session on stdin/stdout until it ends.
+pub fn serve(
+    runtime: tokio::runtime::Runtime,
+    args: &ExportArgs,
+    env: &[(OsString, OsString)],
+) -> anyhow::Result<()> {
+    let ctx = Arc::new(startup::prepare(args, env)?);
+    let outcome = runtime.block_on(async move {
+        let (stdin, stdout) = (
+            marsh_framing::client_stdin(),
+            marsh_framing::client_stdout(),
+        );
+        run_handler(session::ExportSession::new(ctx), stdin, stdout).await
+    });
+    runtime.shutdown_background();
+    outcome.map_err(anyhow::Error::msg)
+}

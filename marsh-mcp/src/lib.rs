@@ -1,0 +1,31 @@
+//! marsh-mcp: the host-side MCP control plane for one workspace's marsh runtime.
+//!
+//! The crate's surface is [`Cli`] and [`run`]; every module is crate-private.
+#![deny(clippy::print_stdout)]
+
+mod admission;
+mod broker;
+mod child_env;
+mod cli;
+mod client_runner;
+mod context;
+mod doctor_cli;
+mod entry;
+mod error;
+mod export;
+mod launch;
+mod marsh;
+mod operations;
+mod output;
+mod pinned;
+mod redact;
+mod scopes;
+mod server;
+mod startup;
+mod supervisor;
+mod sync;
+mod tool_name;
+mod tools;
+
+pub use cli::Cli;
+pub use entry::run;

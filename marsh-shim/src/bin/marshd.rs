@@ -1,5 +1,0 @@
-//! `marshd`: the stand-in per-home daemon, its in-sandbox agent and kit client.
-
-fn main() {
-    std::process::exit(marsh_shim::marshd_main(std::env::args_os().collect()));
-}
