@@ -9,6 +9,14 @@ PEERS_VENV := target/peers-venv
 PEER_PY   := mcp-yieldshell==1.1.2
 MCP_PY    := mcp==2.3.0
 BINS      := marsh-mcp marsh marshd sbx
+# The test hooks (invocation log, failure/delay markers, SBX_SHIM_FAIL): only the test
+# build has them. `make build-debug` first builds what ships and keeps a copy in
+# target/shipped (the demo runs it; a test proves it ignores the hooks), then the same
+# binaries with the hooks in target/debug for the black-box suites.
+# (One cargo call per crate: with --workspace, `--features crate/feature` would name
+# the crates' self dev-dependencies, which a bins build does not activate.)
+HOOKED    := marsh-linux-backend sbx-stand-in
+SHIPPED   := target/shipped
 NPM_DIR   := target/npm-clients
 # The real clients the installer tests drive (offline, no login), and the MCP Inspector
 # CLI the black-box protocol test drives (`mcp-inspector --cli`, no browser, no ports).
@@ -27,6 +35,9 @@ build:
 
 build-debug:
 	$(CARGO) build --workspace --bins
+	install -d $(SHIPPED)
+	for b in $(BINS); do install -m 0755 target/debug/$$b $(SHIPPED)/$$b; done
+	for c in $(HOOKED); do $(CARGO) build -p $$c --bins --features test-hooks || exit 1; done
 
 ## build-debuginfo: the release code with line tables (target/release-debug), for backtraces
 ## with file:line; `make build` ships without debug info
@@ -55,6 +66,7 @@ dev: install
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --bins -- -D warnings
 
 ## test: lint, unit tests and the black-box suites (they need the built binaries)
 test: lint build-debug py-client npm-clients
@@ -88,7 +100,7 @@ demo: build-debug py-client
 	rm -rf $(DEMO_DIR)
 	install -d -m 0700 $(DEMO_DIR) $(DEMO_DIR)/workspace
 	install -d -m 0755 $(DEMO_DIR)/prefix $(DEMO_DIR)/prefix/bin
-	for b in $(BINS); do install -m 0755 target/debug/$$b $(DEMO_DIR)/prefix/bin/$$b; done
+	for b in $(BINS); do install -m 0755 $(SHIPPED)/$$b $(DEMO_DIR)/prefix/bin/$$b; done
 	printf 'hello from the demo workspace\n' > $(DEMO_DIR)/workspace/README.txt
 	$(PY_VENV)/bin/python tests/clients/demo.py $(DEMO_DIR)/prefix/bin $(DEMO_DIR)/workspace $(DEMO_DIR)/root
 	@for p in $(DEMO_DIR)/root/*/daemon/pid $(DEMO_DIR)/home/daemon/pid; do [ -f "$$p" ] && kill $$(cat "$$p") 2>/dev/null; done; true

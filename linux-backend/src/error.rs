@@ -18,6 +18,8 @@ pub enum Error {
     /// `marsh results show SEL`: several receipt ids start with `SEL`.
     #[error("result selector {0} is ambiguous")]
     AmbiguousResult(String),
+    /// A failure injected by a marker file (test builds only).
+    #[cfg(feature = "test-hooks")]
     #[error("injected failure: {verb}")]
     Injected { verb: &'static str, code: i32 },
     /// No job can run: bubblewrap missing, bad backend settings, the daemon or the
@@ -52,6 +54,7 @@ impl Error {
             Error::AmbiguousResult(_) => 4,
             Error::Busy(_) => 125,
             Error::Backend(_) => 126,
+            #[cfg(feature = "test-hooks")]
             Error::Injected { code, .. } => *code,
             Error::Failed(_) | Error::Io { .. } | Error::Sys { .. } | Error::Protocol(_) => 1,
         }
@@ -61,7 +64,9 @@ impl Error {
     /// injected failure keeps its injected code, a busy answer stays busy).
     pub fn into_backend(self) -> Self {
         match self {
-            Error::Backend(_) | Error::Injected { .. } | Error::Busy(_) => self,
+            Error::Backend(_) | Error::Busy(_) => self,
+            #[cfg(feature = "test-hooks")]
+            Error::Injected { .. } => self,
             other => Error::Backend(other.to_string()),
         }
     }
@@ -110,6 +115,7 @@ mod tests {
     fn exit_codes_follow_the_contract() {
         assert_eq!(Error::Usage("x".into()).exit_code(), 2);
         assert_eq!(Error::Busy("x".into()).exit_code(), 125);
+        #[cfg(feature = "test-hooks")]
         assert_eq!(
             Error::Injected {
                 verb: "run",

@@ -100,18 +100,6 @@ impl Home {
     pub fn kits_dir(&self) -> PathBuf {
         self.root.join("kits")
     }
-    pub fn shim_dir(&self) -> PathBuf {
-        self.root.join(".shim")
-    }
-    pub fn invocations_path(&self) -> PathBuf {
-        self.shim_dir().join("invocations.jsonl")
-    }
-    pub fn fail_marker(&self, verb: &str) -> PathBuf {
-        self.shim_dir().join("fail").join(verb)
-    }
-    pub fn hang_marker(&self, verb: &str) -> PathBuf {
-        self.shim_dir().join("hang").join(verb)
-    }
 }
 
 pub const SOCKET_NAME: &str = "marshd.sock";
@@ -159,10 +147,6 @@ mod tests {
         assert_eq!(
             h.socket_path(),
             Path::new("/nonexistent-home/.marsh/daemon/marshd.sock")
-        );
-        assert_eq!(
-            h.fail_marker("run"),
-            Path::new("/nonexistent-home/.marsh/.shim/fail/run")
         );
     }
 

@@ -1,5 +1,10 @@
 //! The invocation log `.shim/invocations.jsonl`: one line per `marsh` run, recording
-//! exactly what the caller passed (argv, cwd, the complete environment).
+//! exactly what the caller passed (argv, cwd, the complete environment), so black-box
+//! tests can prove what marsh-mcp hands its children.
+//!
+//! A test hook, compiled only with the `test-hooks` feature: the log holds every
+//! variable of the caller's environment, secrets included, and grows without bound, so
+//! nothing a user installs may write it.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -23,6 +28,10 @@ struct Line {
     ts_ms: u64,
 }
 
+fn log_path(home: &Home) -> std::path::PathBuf {
+    home.root().join(".shim/invocations.jsonl")
+}
+
 /// Appends one line (a single `write` on an `O_APPEND` descriptor, so concurrent
 /// invocations never interleave within a line). Does nothing when the home is absent:
 /// logging never creates a home. Non-UTF-8 text is recorded lossily.
@@ -35,7 +44,7 @@ pub fn record(
     if !home.exists() {
         return Ok(());
     }
-    util::ensure_private_dir(&home.shim_dir())?;
+    util::ensure_private_dir(&home.root().join(".shim"))?;
     let line = Line {
         argv: argv
             .iter()
@@ -57,7 +66,7 @@ pub fn record(
     let mut bytes =
         serde_json::to_vec(&line).map_err(|e| crate::error::Error::Protocol(e.to_string()))?;
     bytes.push(b'\n');
-    let path = home.invocations_path();
+    let path = log_path(home);
     OpenOptions::new()
         .append(true)
         .create(true)
@@ -90,7 +99,7 @@ mod tests {
         )
         .unwrap();
         record(&home, &["marsh".into()], Path::new("/w"), &env).unwrap();
-        let text = std::fs::read_to_string(home.invocations_path()).unwrap();
+        let text = std::fs::read_to_string(log_path(&home)).unwrap();
         let lines: Vec<serde_json::Value> = text
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())

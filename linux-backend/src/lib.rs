@@ -1,5 +1,6 @@
-//! Stand-ins for `marsh`, `marshd` and `sbx` (the contract is README.md beside this
-//! crate). The binaries in `src/bin/` only call the entry points re-exported here.
+//! The Linux backend: stand-ins for `marsh` and `marshd` (their contract is
+//! docs/linux-backend.md), whose project shell runs every command in a bubblewrap
+//! sandbox. The binaries in `src/bin/` only call the entry points re-exported here.
 
 mod agent;
 mod backend;
@@ -9,6 +10,7 @@ mod daemon;
 mod error;
 mod home;
 mod inject;
+#[cfg(feature = "test-hooks")]
 mod invocation;
 mod kits;
 mod limits;
@@ -17,7 +19,6 @@ mod proto;
 mod publication;
 mod receipt;
 mod sandbox;
-mod sbx;
 mod seccomp;
 mod seqpacket;
 mod token;
@@ -28,4 +29,3 @@ pub use client::main as marsh_main;
 pub use error::Error;
 pub use marshd::main as marshd_main;
 pub use receipt::Receipt;
-pub use sbx::main as sbx_main;

@@ -7,7 +7,7 @@ mod common;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
-use common::{Env, code, stderr, stdout};
+use common::{Env, code, shipped_bin, stderr, stdout};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -490,6 +490,55 @@ fn failure_and_hang_injection() {
     assert_eq!(code(&env.marsh(&["stop"])), 6);
     assert_eq!(code(&env.marsh(&["workers", "reset", "all"])), 6);
     assert_eq!(code(&env.marsh(&["results", "show", "ab"])), 6);
+}
+
+/// What `make install` ships (the build without the `test-hooks` feature) ignores the
+/// failure and delay markers and writes no invocation log: after a run by a caller with
+/// a secret in its environment, no file under the home holds it. The same markers make
+/// the test build fail (`failure_and_hang_injection`).
+#[test]
+fn the_shipped_build_honours_no_test_hooks() {
+    let mut env = Env::new();
+    env.marsh = shipped_bin("marsh");
+    std::fs::create_dir_all(&env.home).unwrap();
+    env.inject("fail", "run", "3");
+    env.inject("fail", "boot", "");
+    env.inject("fail", "status", "4");
+    env.inject("hang", "run", "60000");
+    let secret = "shipped-secret-4c1d9e";
+    env.set_env("DEPLOY_TOKEN", secret);
+
+    let started = Instant::now();
+    let out = env.run("echo hi");
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), "hi\n");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the 60 s hang marker was honoured"
+    );
+    assert_eq!(code(&env.marsh(&["status", "--json"])), 0);
+    assert!(!env.home.join(".shim/invocations.jsonl").exists());
+
+    let mut pending = vec![env.home.clone()];
+    let mut files = 0;
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                pending.push(path);
+            } else if meta.is_file() {
+                files += 1;
+                let bytes = std::fs::read(&path).unwrap();
+                assert!(
+                    !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                    "{} holds the caller's secret",
+                    path.display()
+                );
+            }
+        }
+    }
+    assert!(files > 0, "the run left its receipt and daemon files");
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! `marsh`: the client. Every invocation is first recorded in the invocation log,
-//! then dispatched; errors print as `marsh: <reason>` and map onto the exit codes.
+//! `marsh`: the client. Every invocation is dispatched (in a test build, first recorded
+//! in the invocation log); errors print as `marsh: <reason>` and map onto the exit codes.
 
 mod cli;
 mod daemon_link;
@@ -13,7 +13,6 @@ use std::path::PathBuf;
 
 use crate::error::{Context, Result};
 use crate::home::Home;
-use crate::invocation;
 use crate::util::log;
 use cli::Command;
 
@@ -51,7 +50,8 @@ fn dispatch(argv: &[OsString], env: &[(OsString, OsString)]) -> Result<i32> {
         home.ensure()?;
     }
     // The log is evidence of what the caller passed; it must not decide the outcome.
-    let _ = invocation::record(&home, argv, &cwd, env);
+    #[cfg(feature = "test-hooks")]
+    let _ = crate::invocation::record(&home, argv, &cwd, env);
 
     let output = match parsed? {
         Command::Version => {

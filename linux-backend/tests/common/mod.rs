@@ -11,7 +11,35 @@ use serde_json::Value;
 
 pub const MARSH: &str = env!("CARGO_BIN_EXE_marsh");
 pub const MARSHD: &str = env!("CARGO_BIN_EXE_marshd");
-pub const SBX: &str = env!("CARGO_BIN_EXE_sbx");
+
+/// `name` as `make install` ships it: built without the `test-hooks` feature, kept by
+/// `make build-debug` in `target/shipped` beside the target directory's profiles.
+pub fn shipped_bin(name: &str) -> PathBuf {
+    let path = Path::new(MARSH)
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("shipped")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: `make build-debug` builds it",
+        path.display()
+    );
+    path
+}
+
+/// The `sbx` stand-in, a binary of the `sbx-stand-in` crate: beside `marsh` in the
+/// target directory (`cargo test --workspace` and `make build-debug` build it).
+pub fn sbx_bin() -> PathBuf {
+    let path = Path::new(MARSH).with_file_name("sbx");
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build -p sbx-stand-in`",
+        path.display()
+    );
+    path
+}
 
 pub struct Env {
     pub dir: tempfile::TempDir,
@@ -34,7 +62,12 @@ impl Bin {
     pub fn new(with_marsh_mcp: bool) -> Self {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
-        for (name, built) in [("marsh", MARSH), ("marshd", MARSHD), ("sbx", SBX)] {
+        let sbx = sbx_bin();
+        for (name, built) in [
+            ("marsh", Path::new(MARSH)),
+            ("marshd", Path::new(MARSHD)),
+            ("sbx", &sbx),
+        ] {
             let target = dir.path().join(name);
             if std::fs::hard_link(built, &target).is_err() {
                 std::fs::copy(built, &target).unwrap();

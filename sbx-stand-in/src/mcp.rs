@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use super::state::{Definition, Registration, State, StateError, StateFile};
-use crate::util::{self, log};
+use crate::log;
 
 /// The synopsis printed with every usage error and by `sbx mcp --help`.
 pub const USAGE: &str = "\
@@ -288,6 +288,19 @@ enum Command {
     },
 }
 
+/// The comma list of verbs to fail, from `SBX_SHIM_FAIL`: a test hook, read only in a
+/// build with the `test-hooks` feature (the test build enables it).
+#[cfg(feature = "test-hooks")]
+fn injected_failures() -> Option<String> {
+    std::env::var("SBX_SHIM_FAIL").ok()
+}
+
+/// Without the `test-hooks` feature no verb is ever made to fail.
+#[cfg(not(feature = "test-hooks"))]
+fn injected_failures() -> Option<String> {
+    None
+}
+
 /// True when the comma list `fail` (from `SBX_SHIM_FAIL`) names `verb`.
 fn injected(fail: Option<&str>, verb: Verb) -> bool {
     fail.is_some_and(|list| list.split(',').any(|v| v.trim() == verb.as_str()))
@@ -386,7 +399,7 @@ fn entry_json(name: &str, reg: &Registration) -> Value {
 fn entry_line(name: &str, reg: &Registration) -> String {
     let command_line = std::iter::once(&reg.command)
         .chain(&reg.args)
-        .map(|w| util::shell_quote(w))
+        .map(|w| quoted(w))
         .collect::<Vec<_>>()
         .join(" ");
     let dir = reg.dir.as_deref().unwrap_or("-");
@@ -395,6 +408,20 @@ fn entry_line(name: &str, reg: &Registration) -> String {
         false => reg.loaded.join(","),
     };
     format!("{name}\t{command_line}\t{dir}\t{loaded}")
+}
+
+/// `word` as one POSIX shell word: unchanged when it is made only of characters no
+/// shell treats specially, else single-quoted (an embedded `'` as `'\\''`).
+fn quoted(word: &str) -> String {
+    const PLAIN: &[u8] = b"-_./=:,+@%";
+    if !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || PLAIN.contains(&b))
+    {
+        return word.to_string();
+    }
+    format!("'{}'", word.replace('\'', r"'\''"))
 }
 
 /// One locked read-modify-write of the state file (see [`StateFile::update`]).
@@ -583,20 +610,20 @@ fn run(args: &[OsString], state: Option<PathBuf>, fail: Option<&str>) -> Result<
 
 /// `sbx mcp ARGS...` (`args` excludes `mcp`); returns the process exit code.
 pub fn main(args: &[OsString], state: Option<PathBuf>) -> i32 {
-    let fail = std::env::var("SBX_SHIM_FAIL").ok();
+    let fail = injected_failures();
     match run(args, state, fail.as_deref()) {
         Ok(lines) => {
             let mut out = std::io::stdout().lock();
             match lines.iter().try_for_each(|line| writeln!(out, "{line}")) {
                 Ok(()) => 0,
                 Err(e) => {
-                    log!("sbx: writing to stdout: {e}");
+                    log(format_args!("sbx: writing to stdout: {e}"));
                     1
                 }
             }
         }
         Err(e) => {
-            log!("{}", e.diagnostic());
+            log(format_args!("{}", e.diagnostic()));
             e.exit_code()
         }
     }

@@ -1,5 +1,8 @@
-//! `sbx`: the stand-in for the stock sandbox CLI. `sbx version`, `sbx ls --json` (read
-//! from a JSON state file) and the `sbx mcp ...` verbs of [`mcp`].
+//! `sbx`: a stand-in for the stock sandbox CLI of another vendor, so that the SBX
+//! installer and published commands can be exercised on machines without it (its
+//! contract: docs/sbx-stand-in.md). `sbx version`, `sbx ls --json` (read from a JSON
+//! state file) and the `sbx mcp ...` verbs of [`mcp`]. The binary in `main.rs` only
+//! calls [`main`].
 
 mod mcp;
 mod state;
@@ -10,15 +13,51 @@ use std::path::PathBuf;
 
 use serde_json::{Value, json};
 
-use crate::error::{Error, Result};
-use crate::util::log;
 use state::StateFile;
+
+/// Failures of `sbx version` and `sbx ls`; `sbx mcp` has its own ([`mcp::McpError`]).
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    #[error("usage: {0}")]
+    Usage(String),
+    #[error("{0}")]
+    Failed(String),
+}
+
+type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    fn failed(message: impl Into<String>) -> Self {
+        Error::Failed(message.into())
+    }
+
+    /// `2` for usage, `1` otherwise (the stock CLI's codes).
+    fn exit_code(&self) -> i32 {
+        match self {
+            Error::Usage(_) => 2,
+            Error::Failed(_) => 1,
+        }
+    }
+}
+
+/// One diagnostic line on stderr.
+fn log(line: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// The passwd home of the effective uid (never `$HOME`).
+fn passwd_home() -> Option<PathBuf> {
+    nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .ok()
+        .flatten()
+        .map(|user| user.dir)
+}
 
 /// Entry point of the `sbx` binary; returns the process exit code.
 pub fn main() -> i32 {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let explicit = std::env::var_os("SBX_SHIM_STATE").filter(|v| !v.is_empty());
-    let state = state_path(explicit, || crate::home::passwd_home().ok());
+    let state = state_path(explicit, passwd_home);
     if let Some((verb, rest)) = args.split_first()
         && verb == "mcp"
     {
@@ -30,7 +69,7 @@ pub fn main() -> i32 {
             Err(_) => 1,
         },
         Err(e) => {
-            log!("sbx: {e}");
+            log(format_args!("sbx: {e}"));
             e.exit_code()
         }
     }

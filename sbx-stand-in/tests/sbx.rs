@@ -452,6 +452,34 @@ fn mcp_failure_injection() {
     ok(mcp(&state, &fail, &["ls", "--json"]));
 }
 
+/// What `make install` ships (built without the `test-hooks` feature, kept by `make
+/// build-debug` in `target/shipped`) ignores `SBX_SHIM_FAIL`.
+#[test]
+fn the_shipped_build_ignores_failure_injection() {
+    let shipped = Path::new(SBX)
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("shipped/sbx");
+    assert!(
+        shipped.exists(),
+        "{} is missing: `make build-debug` builds it",
+        shipped.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state.json");
+    let out = Command::new(&shipped)
+        .env_clear()
+        .env("HOME", dir.path())
+        .env("SBX_SHIM_STATE", &state)
+        .env("SBX_SHIM_FAIL", "add")
+        .args(["mcp", "add", "srv", "--command", "x"])
+        .output()
+        .unwrap();
+    ok(out);
+    assert_eq!(ls_json(&state)["servers"].as_array().unwrap().len(), 1);
+}
+
 #[test]
 fn mcp_usage_errors() {
     let dir = tempfile::tempdir().unwrap();

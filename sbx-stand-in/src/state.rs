@@ -1,4 +1,4 @@
-//! The `sbx` stand-in's state file (README.md, `sbx`): one JSON object holding the
+//! The `sbx` stand-in's state file: one JSON object holding the
 //! `sandboxes` list, the MCP registrations under `mcp`, and under `loads` what each
 //! sandbox loaded (a snapshot of the registration's definition at load time). Every
 //! other key, and every unknown field of a registration or snapshot, is kept as found.
@@ -15,8 +15,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-
-use crate::util;
 
 /// Largest state file read or written.
 pub const MAX_STATE_FILE: u64 = 4 << 20;
@@ -41,7 +39,7 @@ pub enum StateError {
     #[error("{} would exceed {MAX_STATE_FILE} bytes", .path.display())]
     TooLarge { path: PathBuf },
     #[error("{0}")]
-    Write(#[source] crate::error::Error),
+    Write(#[source] marsh_scope_registry::RegistryError),
 }
 
 type Result<T, E = StateError> = std::result::Result<T, E>;
@@ -202,6 +200,22 @@ fn io_error(action: &'static str, path: &Path, source: std::io::Error) -> StateE
     }
 }
 
+/// At most `limit` bytes of the regular file at `path`, opened without following a
+/// symlink and without blocking on a FIFO planted there.
+fn read_limited(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.take(limit).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// The state file at one path.
 #[derive(Debug, Clone)]
 pub struct StateFile {
@@ -222,7 +236,7 @@ impl StateFile {
 
     /// The current state, without locking; a missing file is the empty state.
     pub fn read(&self) -> Result<State> {
-        let bytes = match util::read_bounded(&self.path, MAX_STATE_FILE + 1) {
+        let bytes = match read_limited(&self.path, MAX_STATE_FILE + 1) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(io_error("reading", &self.path, e)),
@@ -263,7 +277,8 @@ impl StateFile {
                 }
                 .into());
             }
-            util::write_durable(&dir, &name, &bytes).map_err(StateError::Write)?;
+            marsh_scope_registry::write_atomically(&dir, &name, &bytes)
+                .map_err(StateError::Write)?;
         }
         Ok(value)
     }
