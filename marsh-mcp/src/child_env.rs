@@ -7,6 +7,9 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+/// The variable naming the inherited descriptor of the pinned `marshd`.
+pub(crate) const MARSHD_FD_VAR: &str = "MARSH_MARSHD_FD";
+
 pub const FIXED_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// Inherited only when present and well-formed; everything else is dropped.
@@ -138,7 +141,7 @@ impl ChildEnv {
         if with_home {
             names.push("MARSH_HOME".into());
             names.push("MARSH_SBX".into());
-            names.push(crate::marsh::MARSHD_FD_VAR.into());
+            names.push(MARSHD_FD_VAR.into());
         }
         names
     }

@@ -1,12 +1,13 @@
-//! Everything a tool call may use, shared by every session of this server.
+//! Everything a tool call may use, shared by every session of this server. Built from
+//! leaves (the driver, the scopes, the operation table, the cap); nothing here knows
+//! the tools, the sessions or startup.
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
-use rmcp::model::Tool;
 use tokio::sync::Semaphore;
 
-use crate::admission::GlobalCap;
+use crate::admission::Admitter;
+use crate::global_cap::GlobalCap;
 use crate::marsh::MarshDriver;
 use crate::operations::OperationTable;
 use crate::redact::HostPaths;
@@ -29,10 +30,6 @@ pub(crate) struct ServerContext {
     pub allow_full_sbx_control: bool,
     /// Every tool result passes through it: no host path but the workspace goes out.
     pub host_paths: HostPaths,
-    /// The catalog, built by the first `tools/list` and cloned for each later one: its
-    /// schemas are generated and compacted (~13 ms in a debug build), and nothing in
-    /// it changes while the server runs.
-    tools: OnceLock<Vec<Tool>>,
 }
 
 impl ServerContext {
@@ -76,19 +73,21 @@ impl ServerContext {
             reads: Semaphore::new(READ_QUERY_CAP),
             allow_full_sbx_control,
             host_paths,
-            tools: OnceLock::new(),
         }
-    }
-
-    /// Every tool of this server, in catalog order.
-    pub fn catalog(&self) -> Vec<Tool> {
-        self.tools
-            .get_or_init(|| crate::tools::catalog(&self.project_name()))
-            .clone()
     }
 
     /// `marsh-dev-` + the first 12 hex of the workspace hash.
     pub fn server_name(&self) -> String {
-        crate::startup::server_name(&self.workspace_hash)
+        marsh_scope_registry::server_name(&self.workspace_hash)
+    }
+
+    /// Admission over this server's scopes, cap and pinned executables.
+    pub fn admission(&self) -> Admitter<'_> {
+        Admitter {
+            scopes: &self.scopes,
+            cap: &self.cap,
+            pins: &self.driver,
+            workspace: &self.workspace,
+        }
     }
 }

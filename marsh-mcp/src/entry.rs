@@ -177,7 +177,7 @@ fn serve(
             marsh_framing::client_stdin(),
             marsh_framing::client_stdout(),
         );
-        serve_session(ctx, stdin, stdout).await
+        serve_session(ctx, Arc::default(), stdin, stdout).await
     });
     // Background readers of stdin may still be parked; do not wait for them.
     runtime.shutdown_background();

@@ -5,8 +5,7 @@
 //! fails (or a cancel) skips the rest, except `Step::Finally` steps, which always run. A finish callback turns the outcome into the
 //! operation's verdict, after applying whatever registry transition it implies, so
 //! the persisted scope state is written before the operation reports its end.
-//! Only [`crate::admission::Ticket::launch`] starts a plan: nothing runs that was not
-//! admitted first.
+//! Only [`Ticket::launch`] starts a plan: nothing runs that was not admitted first.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,10 +14,11 @@ use std::time::Duration;
 use marsh_scope_registry::{DirIdentity, RemovalLimits, remove_scope_home};
 use serde_json::Value;
 
+use crate::admission::Ticket;
 use crate::context::ServerContext;
 use crate::error::{ErrorKind, ToolError};
 use crate::marsh::{EXIT_BUSY, EXIT_SPAWN_BLOCKED, QUERY_TIMEOUT, Verb, answer};
-use crate::operations::{OpKind, OpState, Operation};
+use crate::operations::{OpKind, OpState, Operation, SessionId};
 use crate::output::Stream;
 use crate::supervisor::{Ending, Sink, supervise};
 use tokio_util::sync::CancellationToken;
@@ -94,6 +94,31 @@ pub(crate) struct Verdict {
 pub(crate) type Finish =
     Box<dyn FnOnce(&ServerContext, &Operation, &Outcome) -> Verdict + Send + 'static>;
 
+impl Ticket {
+    /// Starts `plan` as an operation owned by `session`; the ticket's holds live until
+    /// its last child is reaped. A launch that fails after admission persisted a
+    /// transitional state marks the scope failed (recoverable), never leaves it in
+    /// flight.
+    pub(crate) fn launch(
+        self,
+        ctx: &Arc<ServerContext>,
+        session: SessionId,
+        plan: Plan,
+        finish: Option<Finish>,
+    ) -> Result<Arc<Operation>, ToolError> {
+        let parts = self.into_parts();
+        let op = Operation::new(session, plan.kind, parts.label, plan.timeout);
+        let launched = start(ctx, op, parts.home, plan, parts.held, finish);
+        if let (Err(error), Some((id, name))) = (&launched, parts.begun) {
+            let why = format!("the operation could not start: {}", error.message);
+            let _ = ctx
+                .scopes
+                .apply(id, marsh_scope_registry::Event::Failed, name, Some(&why));
+        }
+        launched
+    }
+}
+
 /// Creates the record, marks it running and supervises `plan` in the background.
 /// `held` (cap permit, scope guards) is dropped only after the last step ended and the
 /// verdict is decided (a `finish` has persisted the scope's state), and before the
@@ -101,7 +126,7 @@ pub(crate) type Finish =
 /// an `operation_cancel`) may start the next one at once and must find the slot and the
 /// scope free. The other order let a caller that had just seen the end be refused
 /// `capacity_exhausted`.
-pub(crate) fn start<H: Send + 'static>(
+fn start<H: Send + 'static>(
     ctx: &Arc<ServerContext>,
     op: Arc<Operation>,
     home: PathBuf,

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
-use crate::child_env::ChildEnv;
+use crate::child_env::{ChildEnv, MARSHD_FD_VAR};
 use crate::error::{ErrorKind, ToolError};
 use crate::pinned::PinnedExecutable;
 use crate::supervisor::{Ending, run_captured};
@@ -239,9 +239,6 @@ impl MarshDriver {
         answer(self.query(verb, home).await?)
     }
 }
-
-/// The variable naming the inherited descriptor of the pinned `marshd`.
-pub(crate) const MARSHD_FD_VAR: &str = "MARSH_MARSHD_FD";
 
 /// Lets the child (only) inherit `fds`, which are close-on-exec in this process so
 /// no other child ever receives them. marsh's own descriptor is among them: an

@@ -13,9 +13,9 @@ use marsh_scope_registry::{
 };
 use uuid::Uuid;
 
-use crate::admission::ScopeGate;
 use crate::error::{ErrorKind, ToolError};
 use crate::operations::now_ms;
+use crate::scope_gate::ScopeGate;
 use crate::sync::lock;
 
 #[derive(Debug)]

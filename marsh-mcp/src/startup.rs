@@ -5,8 +5,8 @@ use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
+pub use marsh_scope_registry::workspace_hash;
 use marsh_scope_registry::{ManagedRoot, RegistryError, ensure_owner_only_dir};
-pub use marsh_scope_registry::{server_name, workspace_hash};
 
 use crate::child_env::{ChildEnv, ChildEnvError};
 use crate::cli::ServeArgs;

@@ -11,8 +11,7 @@
 //! connections and sessions are bounded, with typed refusals.
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -26,15 +25,15 @@ use marsh_connect_proxy::{PROBE_PATH, SESSION_PATH, STOP_PATH, UPGRADE_PROTOCOL}
 use serde_json::json;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::Semaphore;
 
+use super::attachments::{AttachRefusal, Attachments, MAX_SESSIONS};
 use super::fingerprint::BrokerIdentity;
 use super::token::token_matches;
 use crate::context::ServerContext;
 use crate::server::serve_session;
+use crate::tools::CatalogCache;
 
-/// Sessions attached at once.
-pub const MAX_SESSIONS: usize = 128;
 /// Open connections at once (sessions included).
 pub const MAX_CONNECTIONS: usize = 256;
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -45,27 +44,12 @@ const STOP_SETTLE: Duration = Duration::from_secs(5);
 
 pub struct Broker {
     pub ctx: Arc<ServerContext>,
+    /// Shared by every session of this broker.
+    catalog: Arc<CatalogCache>,
     pub token: String,
     pub identity: BrokerIdentity,
-    sessions: Arc<AtomicUsize>,
+    attachments: Attachments,
     connections: Arc<Semaphore>,
-    stop: watch::Sender<bool>,
-    /// Makes "no session is attached, so stop" (the idle exit, `POST /v1/stop`) and
-    /// "not stopping, so count this session" (a session request) exclusive: without it
-    /// a session request could pass its stop check and be counted just after the idle
-    /// timer saw zero sessions, get its 101, and lose the broker a moment later — a
-    /// `connect --start` that probed a live broker would then fail instead of starting
-    /// a new one. Held only for those few instructions, never across an await.
-    gate: Mutex<()>,
-}
-
-/// Counts one attached session for as long as it lives.
-struct SessionSlot(Arc<AtomicUsize>);
-
-impl Drop for SessionSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 type Body = Full<Bytes>;
@@ -86,46 +70,38 @@ fn refusal(status: StatusCode, kind: &str, message: &str) -> Response<Body> {
 
 impl Broker {
     pub fn new(ctx: Arc<ServerContext>, token: String, identity: BrokerIdentity) -> Arc<Self> {
-        let (stop, _) = watch::channel(false);
         Arc::new(Self {
             ctx,
+            catalog: Arc::default(),
             token,
             identity,
-            sessions: Arc::new(AtomicUsize::new(0)),
+            attachments: Attachments::default(),
             connections: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
-            stop,
-            gate: Mutex::new(()),
         })
     }
 
     pub fn sessions(&self) -> usize {
-        self.sessions.load(Ordering::Acquire)
+        self.attachments.count()
     }
 
     /// Asks the accept loop to end.
     pub fn request_stop(&self) {
-        self.stop.send_replace(true);
+        self.attachments.request_stop();
     }
 
     /// Asks the accept loop to end if no session is attached and `idle()` agrees,
-    /// atomically with respect to session requests (see `gate`). True if it did.
+    /// atomically with respect to session requests. True if it did.
     pub fn stop_if_idle(&self, idle: impl FnOnce() -> bool) -> bool {
-        let _gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
-        let stopping = self.sessions() == 0 && idle();
-        if stopping {
-            self.request_stop();
-        }
-        stopping
+        self.attachments.stop_if_idle(idle)
     }
 
     /// Accepts until a stop is requested.
     pub async fn serve(self: &Arc<Self>, listener: UnixListener) {
-        let mut stopping = self.stop.subscribe();
         let euid = nix::unistd::geteuid().as_raw();
         loop {
             let accepted = tokio::select! {
                 accepted = listener.accept() => accepted,
-                _ = stopping.wait_for(|s| *s) => return,
+                _ = self.attachments.stopped() => return,
             };
             let (stream, _) = match accepted {
                 Ok(pair) => pair,
@@ -229,28 +205,27 @@ impl Broker {
                 "POST /v1/session needs `Upgrade: mcp-lines`",
             );
         }
-        // The stop check and the count under the gate: a stop decided after this
-        // sees the session; one decided before refuses it (503, which `connect
-        // --start` answers by starting a broker again).
-        let gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
-        if *self.stop.borrow() {
-            return refusal(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "stopping",
-                "the broker is stopping; start it again",
-            );
-        }
-        if self.sessions.fetch_add(1, Ordering::AcqRel) >= MAX_SESSIONS {
-            self.sessions.fetch_sub(1, Ordering::AcqRel);
-            return refusal(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "too_many_sessions",
-                &format!("{MAX_SESSIONS} sessions are attached; retry later"),
-            );
-        }
-        drop(gate);
-        let slot = SessionSlot(Arc::clone(&self.sessions));
+        // A stop decided after this sees the session; one decided before refuses it
+        // (503, which `connect --start` answers by starting a broker again).
+        let slot = match self.attachments.attach() {
+            Ok(slot) => slot,
+            Err(AttachRefusal::Stopping) => {
+                return refusal(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "stopping",
+                    "the broker is stopping; start it again",
+                );
+            }
+            Err(AttachRefusal::Full) => {
+                return refusal(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too_many_sessions",
+                    &format!("{MAX_SESSIONS} sessions are attached; retry later"),
+                );
+            }
+        };
         let ctx = Arc::clone(&self.ctx);
+        let catalog = Arc::clone(&self.catalog);
         tokio::spawn(async move {
             let upgraded = match hyper::upgrade::on(req).await {
                 Ok(upgraded) => upgraded,
@@ -260,8 +235,13 @@ impl Broker {
                 }
             };
             let (read, write) = tokio::io::split(TokioIo::new(upgraded));
-            if let Err(e) =
-                serve_session(ctx, BufReader::with_capacity(64 * 1024, read), write).await
+            if let Err(e) = serve_session(
+                ctx,
+                catalog,
+                BufReader::with_capacity(64 * 1024, read),
+                write,
+            )
+            .await
             {
                 tracing::debug!(%e, "session ended with an error");
             }

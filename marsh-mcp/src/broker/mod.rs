@@ -2,6 +2,7 @@
 //! and the global operation cap, and serves any number of authenticated sessions over
 //! a Unix socket (HTTP/1.1 with an upgrade to newline-delimited MCP).
 
+mod attachments;
 mod control;
 mod fingerprint;
 mod http;

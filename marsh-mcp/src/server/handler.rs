@@ -16,7 +16,7 @@ use tokio::io::{AsyncBufRead, AsyncWrite};
 use super::transport::LineTransport;
 use crate::context::ServerContext;
 use crate::operations::SessionId;
-use crate::tools;
+use crate::tools::{self, CatalogCache};
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
@@ -36,14 +36,16 @@ and read with operation_output. Results are {{ok, data}} or {{ok:false, error:{{
 
 pub struct McpSession {
     ctx: Arc<ServerContext>,
+    catalog: Arc<CatalogCache>,
     session: SessionId,
     initialized: AtomicBool,
 }
 
 impl McpSession {
-    pub fn new(ctx: Arc<ServerContext>) -> Self {
+    pub fn new(ctx: Arc<ServerContext>, catalog: Arc<CatalogCache>) -> Self {
         Self {
             ctx,
+            catalog,
             session: NEXT_SESSION.fetch_add(1, Ordering::Relaxed),
             initialized: AtomicBool::new(false),
         }
@@ -75,7 +77,9 @@ impl ServerHandler for McpSession {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(self.ctx.catalog()))
+        Ok(ListToolsResult::with_all_items(
+            self.catalog.tools(&self.ctx.project_name()),
+        ))
     }
 
     async fn call_tool(
@@ -141,12 +145,17 @@ where
 
 /// Serves one session over a byte stream until the peer leaves, then cancels exactly
 /// this session's live operations and waits (bounded) for their children.
-pub async fn serve_session<R, W>(ctx: Arc<ServerContext>, read: R, write: W) -> Result<(), String>
+pub async fn serve_session<R, W>(
+    ctx: Arc<ServerContext>,
+    catalog: Arc<CatalogCache>,
+    read: R,
+    write: W,
+) -> Result<(), String>
 where
     R: AsyncBufRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let handler = McpSession::new(Arc::clone(&ctx));
+    let handler = McpSession::new(Arc::clone(&ctx), catalog);
     let session = handler.id();
     let outcome = run_handler(handler, read, write).await;
     let cancelled = ctx.ops.cancel_session(session);

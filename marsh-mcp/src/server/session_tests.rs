@@ -121,6 +121,7 @@ async fn session() -> (Client, tokio::task::JoinHandle<Result<(), String>>, Fixt
     let (server_read, server_write) = tokio::io::split(server_side);
     let served = tokio::spawn(serve_session(
         ctx,
+        Arc::default(),
         BufReader::new(server_read),
         server_write,
     ));

@@ -4,9 +4,9 @@ use serde_json::Value;
 
 use super::results::{Check, DoctorReport, DoctorScopes, Limits, OperationCounts, ScopeCounts};
 
-use crate::admission::GLOBAL_OPERATION_CAP;
 use crate::context::{READ_QUERY_CAP, ServerContext};
 use crate::error::ToolError;
+use crate::global_cap::GLOBAL_OPERATION_CAP;
 use crate::marsh::Verb;
 use crate::operations::{GLOBAL_RETAINED_BYTES, RETAINED_OPERATIONS};
 use crate::output::RETAINED_PER_STREAM;

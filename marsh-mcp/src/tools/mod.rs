@@ -214,6 +214,18 @@ pub(crate) fn catalog(project: &str) -> Vec<Tool> {
         .collect()
 }
 
+/// One server's catalog, built by the first `tools/list` and cloned for each later one
+/// (its schemas are generated and compacted, ~13 ms in a debug build, and nothing in it
+/// changes while the server runs). Held where sessions are served and shared by them.
+#[derive(Debug, Default)]
+pub(crate) struct CatalogCache(std::sync::OnceLock<Vec<Tool>>);
+
+impl CatalogCache {
+    pub fn tools(&self, project: &str) -> Vec<Tool> {
+        self.0.get_or_init(|| catalog(project)).clone()
+    }
+}
+
 async fn dispatch(
     ctx: &Arc<ServerContext>,
     tool: ToolName,

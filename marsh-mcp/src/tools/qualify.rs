@@ -29,7 +29,7 @@ pub(crate) async fn qualify(
         ));
     }
     let target = a.gate.make_target();
-    let ticket = ctx.admit_host()?;
+    let ticket = ctx.admission().admit_host()?;
     let plan = Plan {
         kind: OpKind::Qualify,
         timeout,

@@ -132,7 +132,7 @@ pub(crate) async fn scope_start(
             "scope_start needs managed mode (--scope-root); this server runs a single legacy scope",
         ));
     }
-    let (id, ticket) = ctx.admit_new_scope()?;
+    let (id, ticket) = ctx.admission().admit_new_scope()?;
     let wait = Duration::from_millis(args::WAIT.default);
     let steps = vec![Step::Marsh(Verb::boot())];
     launch_lifecycle(ctx, call, ticket, id, OpKind::ScopeStart, steps, wait).await
@@ -165,7 +165,9 @@ pub(crate) async fn scope_reset(
 ) -> Result<LifecycleResult, ToolError> {
     let a: WaitArgs = call.parse()?;
     let wait = args::WAIT.duration(a.wait_ms)?;
-    let ticket = ctx.admit(view.id, Admission::Lifecycle(LifecycleStep::Reset))?;
+    let ticket = ctx
+        .admission()
+        .admit(view.id, Admission::Lifecycle(LifecycleStep::Reset))?;
     // Boot so the exact control daemon exists, reset it, then validate the boot.
     let steps = vec![
         Step::Marsh(Verb::boot()),
@@ -193,7 +195,9 @@ pub(crate) async fn scope_stop(
             note: Some("the scope is already stopped; nothing was run"),
         });
     }
-    let ticket = ctx.admit(view.id, Admission::Lifecycle(LifecycleStep::Stop))?;
+    let ticket = ctx
+        .admission()
+        .admit(view.id, Admission::Lifecycle(LifecycleStep::Stop))?;
     // Boot/validate the exact runtime first so the stop addresses a proven daemon.
     let steps = vec![Step::Marsh(Verb::boot()), Step::Marsh(Verb::Stop)];
     launch_lifecycle(ctx, call, ticket, view.id, OpKind::ScopeStop, steps, wait)
@@ -224,7 +228,9 @@ pub(crate) async fn scope_remove(
     let Some(record) = view.record.clone() else {
         return Err(identity_error(view.id));
     };
-    let ticket = ctx.admit(view.id, Admission::Lifecycle(LifecycleStep::Remove))?;
+    let ticket = ctx
+        .admission()
+        .admit(view.id, Admission::Lifecycle(LifecycleStep::Remove))?;
     let steps = vec![Step::RemoveHome {
         parent,
         name,

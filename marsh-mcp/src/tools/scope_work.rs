@@ -210,7 +210,7 @@ async fn stopped_read<A: Serialize + DeserializeOwned>(
     read: ReceiptQuery,
     wait: Duration,
 ) -> Result<ReceiptRead<A>, ToolError> {
-    let ticket = ctx.admit(id, Admission::StoppedRead)?;
+    let ticket = ctx.admission().admit(id, Admission::StoppedRead)?;
     let plan = Plan {
         kind: read.kind(),
         timeout: LIFECYCLE_TIMEOUT,
@@ -337,7 +337,7 @@ pub(crate) async fn run(
     let timeout = args::TIMEOUT.duration(a.timeout_ms)?;
     let wait = args::WAIT.duration(a.wait_ms)?;
     let max_bytes = args::max_bytes(a.max_bytes)?;
-    let ticket = ctx.admit(view.id, Admission::Run)?;
+    let ticket = ctx.admission().admit(view.id, Admission::Run)?;
     let plan = Plan {
         kind: OpKind::ShellRun,
         timeout,
@@ -387,7 +387,7 @@ pub(crate) async fn workers(
         ),
         WorkerStep::WorkersReset => (OpKind::WorkersReset, Verb::WorkersReset(selection.clone())),
     };
-    let ticket = ctx.admit(view.id, Admission::Workers(step))?;
+    let ticket = ctx.admission().admit(view.id, Admission::Workers(step))?;
     let plan = Plan {
         kind,
         timeout: LIFECYCLE_TIMEOUT,

@@ -38,7 +38,7 @@ struct GateState {
 /// [`LifecycleGuard`] lives, and `runs` counts live [`RunGuard`]s; an exclusive
 /// lifecycle never coexists with a run.
 #[derive(Debug, Default)]
-pub struct ScopeGate {
+pub(crate) struct ScopeGate {
     state: Mutex<GateState>,
 }
 
