@@ -34,7 +34,7 @@ use crate::error::ToolError;
 use crate::global_cap::GlobalCap;
 use crate::scope_gate::{Lifecycle, LifecycleGuard, RunGuard};
 use crate::scopes::ScopeSet;
-use crate::tool_name::ToolName;
+use crate::tool_table::ToolName;
 
 /// Step 5: the pinned executables are still the ones validated at startup.
 pub(crate) trait PinCheck {

@@ -3,7 +3,7 @@
 //! runs it.
 //!
 //! Invariants: `run` is only called from outside the async runtime's worker threads
-//! (the installers are synchronous and `entry` calls them directly on the main
+//! (the installers are synchronous and `subcommands` calls them directly on the main
 //! thread), because it blocks on the runtime handle; and the runtime is
 //! multi-threaded, because a current-thread runtime's IO and timers are driven only by
 //! `Runtime::block_on`, never by `Handle::block_on`.

@@ -15,10 +15,10 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::error::{ErrorKind, ToolError};
+use crate::lock::lock;
 use crate::output::{OutputLog, Stream};
 use crate::supervisor::Sink;
-use crate::sync::lock;
-use crate::tool_name::ToolName;
+use crate::tool_table::ToolName;
 
 /// Operation records kept per server, running and finished together.
 pub const RETAINED_OPERATIONS: usize = 128;

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::error::{ErrorKind, ToolError};
-use crate::sync::lock;
+use crate::lock::lock;
 
 /// What holds a scope's lifecycle slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +48,7 @@ fn busy(message: String) -> ToolError {
 
 impl ScopeGate {
     fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
-        // Every critical section is a single field write (see crate::sync).
+        // Every critical section is a single field write (see crate::lock).
         lock(&self.state)
     }
 

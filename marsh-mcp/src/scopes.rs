@@ -14,9 +14,9 @@ use marsh_scope_registry::{
 use uuid::Uuid;
 
 use crate::error::{ErrorKind, ToolError};
+use crate::lock::lock;
 use crate::operations::now_ms;
 use crate::scope_gate::ScopeGate;
-use crate::sync::lock;
 
 #[derive(Debug)]
 enum Store {

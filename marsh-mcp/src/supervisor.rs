@@ -32,8 +32,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
+use crate::lock::lock;
 use crate::output::Stream;
-use crate::sync::lock;
 
 /// Grace between escalation steps.
 const ESCALATION_STEP: Duration = Duration::from_millis(1500);

@@ -6,7 +6,7 @@
 //! result fields and no scopes; a separate handler cannot leak a development tool.
 
 mod bind;
-mod result;
+mod published_reply;
 mod run;
 mod session;
 mod startup;

@@ -20,7 +20,7 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 
 use super::bind::bind;
-use super::result::{error_result, output_schema, run_result};
+use super::published_reply::{error_result, output_schema, run_result};
 use super::run::{Bounds, run};
 use super::startup::ExportContext;
 use crate::error::{ErrorKind, ToolError};

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use super::results::{Check, DoctorReport, DoctorScopes, Limits, OperationCounts, ScopeCounts};
+use super::result_data::{Check, DoctorReport, DoctorScopes, Limits, OperationCounts, ScopeCounts};
 
 use crate::context::{READ_QUERY_CAP, ServerContext};
 use crate::error::ToolError;

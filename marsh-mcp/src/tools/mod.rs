@@ -5,16 +5,16 @@
 mod args;
 pub(crate) mod doctor;
 mod envelope;
+mod operation_reply;
 mod operation_tools;
 pub(crate) mod progress;
 mod qualify;
-mod report;
-mod results;
+mod result_data;
 mod schema;
+mod scope_id_argument;
 mod scope_lifecycle;
-mod scope_work;
-mod scoped;
 mod views;
+mod work_in_scope;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,11 +28,11 @@ use crate::admission::WorkerStep;
 use crate::context::ServerContext;
 use crate::error::{ToolError, ToolResult};
 use crate::operations::{OpStatus, Operation, SessionId};
-use crate::tool_name::{Addressing, ToolName};
+use crate::tool_table::{Addressing, ToolName};
 pub(crate) use envelope::error_schema;
 use envelope::into_call_result;
 use progress::Progress;
-use results::{
+use result_data::{
     DoctorReport, LifecycleResult, OperationCancelResult, OperationGetResult,
     OperationOutputResult, OperationReport, QualifyResult, ReceiptList, ReceiptOne, ReceiptRead,
     ScopeListResult, ScopeStopResult, StatusResult, WorkersResult,
@@ -192,7 +192,7 @@ fn catalog_entry(tool: ToolName, project: &str) -> Tool {
         _ => description.to_string(),
     };
     let schema = match tool.addressing() {
-        Addressing::ScopeArgument => scoped::with_scope_id(schema),
+        Addressing::ScopeArgument => scope_id_argument::with_scope_id(schema),
         Addressing::DefaultScope | Addressing::Unscoped => schema,
     };
     let annotations = ToolAnnotations::new()
@@ -239,7 +239,9 @@ async fn dispatch(
     let view = match tool.addressing() {
         Addressing::Unscoped => None,
         Addressing::DefaultScope => Some(ctx.scopes.default_alias_view()?),
-        Addressing::ScopeArgument => Some(scoped::take_scope(&ctx.scopes, &mut arguments)?),
+        Addressing::ScopeArgument => {
+            Some(scope_id_argument::take_scope(&ctx.scopes, &mut arguments)?)
+        }
     };
     let call = Call {
         session,
@@ -262,20 +264,22 @@ async fn dispatch(
         }
         ToolName::Status | ToolName::ScopeStatus => {
             let _: args::NoArgs = call.parse()?;
-            data(scope_work::status(ctx, scope()?).await)
+            data(work_in_scope::status(ctx, scope()?).await)
         }
         ToolName::ResultsList | ToolName::ScopeResultsList => {
-            data(scope_work::results_list(ctx, call, scope()?).await)
+            data(work_in_scope::results_list(ctx, call, scope()?).await)
         }
         ToolName::ResultGet | ToolName::ScopeResultGet => {
-            data(scope_work::result_get(ctx, call, scope()?).await)
+            data(work_in_scope::result_get(ctx, call, scope()?).await)
         }
-        ToolName::ShellRun | ToolName::ScopeRun => data(scope_work::run(ctx, call, scope()?).await),
+        ToolName::ShellRun | ToolName::ScopeRun => {
+            data(work_in_scope::run(ctx, call, scope()?).await)
+        }
         ToolName::Prewarm | ToolName::ScopePrewarm => {
-            data(scope_work::workers(ctx, call, scope()?, WorkerStep::Prewarm).await)
+            data(work_in_scope::workers(ctx, call, scope()?, WorkerStep::Prewarm).await)
         }
         ToolName::WorkersReset | ToolName::ScopeWorkersReset => {
-            data(scope_work::workers(ctx, call, scope()?, WorkerStep::WorkersReset).await)
+            data(work_in_scope::workers(ctx, call, scope()?, WorkerStep::WorkersReset).await)
         }
         ToolName::ScopeStart => data(scope_lifecycle::scope_start(ctx, call).await),
         ToolName::ScopeList => data(scope_lifecycle::scope_list(ctx, call)),

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::Call;
 use super::args::{self, OperationCancelArgs, OperationGetArgs, OperationOutputArgs};
-use super::results::{
+use super::result_data::{
     OperationCancelResult, OperationGetResult, OperationOutputResult, OperationSummary, WaitResult,
 };
 use super::views::{ViewOptions, output_view};

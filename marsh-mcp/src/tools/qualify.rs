@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::Call;
 use super::args::{self, QualifyArgs};
-use super::report::report_log;
-use super::results::QualifyResult;
+use super::operation_reply::report_log;
+use super::result_data::QualifyResult;
 use crate::context::ServerContext;
 use crate::error::{ErrorKind, ToolError};
 use crate::launch::{Plan, Step};

@@ -327,7 +327,7 @@ fn plain_property(property: &mut Value) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::results::*;
+    use super::super::result_data::*;
     use super::*;
 
     /// The names a `data` schema itemises at its top level: `properties` keys and the

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use super::Call;
 use super::args::{self, NoArgs, WaitArgs};
-use super::report::report_log;
-use super::results::{
+use super::operation_reply::report_log;
+use super::result_data::{
     LifecycleResult, ScopeCounts, ScopeListResult, ScopeStopResult, ScopeSummary,
 };
 use crate::admission::{Admission, LifecycleStep, Ticket};

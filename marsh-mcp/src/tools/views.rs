@@ -4,7 +4,7 @@
 
 use base64::Engine;
 
-use super::results::{OutputView, TextState};
+use super::result_data::{OutputView, TextState};
 use crate::output::ReadOut;
 
 /// Text views are dropped (state `omitted`, base64 kept) past this serialized size so

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::Call;
 use super::args::MAX_BYTES;
-use super::results::{OperationHead, OperationReport};
+use super::result_data::{OperationHead, OperationReport};
 use super::views::{ViewOptions, output_view};
 use crate::operations::Operation;
 

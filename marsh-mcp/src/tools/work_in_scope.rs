@@ -11,8 +11,8 @@ use serde_json::{Map, Value};
 
 use super::Call;
 use super::args::{self, ResultGetArgs, ResultsListArgs, SelectionArgs, ShellRunArgs};
-use super::report::{report, report_log};
-use super::results::{
+use super::operation_reply::{report, report_log};
+use super::result_data::{
     OperationReport, OperationSummary, ReceiptList, ReceiptOne, ReceiptRead, RuntimeState,
     ScopeSummary, StatusResult, WorkersResult,
 };
