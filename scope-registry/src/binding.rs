@@ -4,7 +4,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::RegistryError;
-use crate::atomic::{read_state_file, write_atomically_at};
+use crate::fs_safety::atomic::{read_state_file, write_atomically_at};
 
 pub const BINDING_FILE: &str = "workspace.json";
 const BINDING_LIMIT: u64 = 64 * 1024;

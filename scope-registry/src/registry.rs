@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::atomic::{read_state_file, write_atomically_at};
+use crate::fs_safety::atomic::{read_state_file, write_atomically_at};
 use crate::{DirIdentity, RegistryError};
 
 pub const REGISTRY_FILE: &str = "scopes.json";

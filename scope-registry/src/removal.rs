@@ -32,8 +32,8 @@ use nix::sys::stat::{FileStat, Mode, fstat, fstatat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use crate::DirIdentity;
-use crate::atomic::DIR_FLAGS;
-use crate::mount_id::{MountIdError, mount_id_at};
+use crate::fs_safety::atomic::DIR_FLAGS;
+use crate::fs_safety::mount_id::{MountIdError, mount_id_at};
 
 /// Bounds of the validation walk. Exceeding either refuses the whole removal.
 #[derive(Debug, Clone, Copy)]

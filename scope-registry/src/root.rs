@@ -6,8 +6,8 @@ use nix::fcntl::{AtFlags, open};
 use nix::sys::stat::{Mode, fstat, fstatat, mkdirat};
 use uuid::Uuid;
 
-use crate::atomic::DIR_FLAGS;
 use crate::binding::{BINDING_FILE, WorkspaceBinding};
+use crate::fs_safety::atomic::DIR_FLAGS;
 use crate::lease::LEASE_FILE;
 use crate::registry::{REGISTRY_FILE, ScopeId};
 use crate::removal::identity_of;

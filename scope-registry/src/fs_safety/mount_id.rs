@@ -3,12 +3,11 @@
 //! filesystem has the same device number. `statx(STATX_MNT_ID)` (Linux 5.8+) names the
 //! mount itself.
 
-#![allow(unsafe_code)]
-
 use std::ffi::CStr;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 
 use nix::errno::Errno;
+use rustix::fs::{AtFlags, StatxFlags, statx};
 
 /// Why no mount id could be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,28 +22,14 @@ pub enum MountIdError {
 /// means `dir` itself.
 pub fn mount_id_at(dir: impl AsFd, name: &CStr) -> Result<u64, MountIdError> {
     let flags = if name.is_empty() {
-        libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW
+        AtFlags::EMPTY_PATH | AtFlags::SYMLINK_NOFOLLOW
     } else {
-        libc::AT_SYMLINK_NOFOLLOW
+        AtFlags::SYMLINK_NOFOLLOW
     };
-    // SAFETY: `statx` writes only into `buf`, which lives across the call; `name` is a
-    // valid C string and the descriptor is borrowed for the call.
-    let (ret, buf) = unsafe {
-        let mut buf: libc::statx = std::mem::zeroed();
-        let ret = libc::statx(
-            dir.as_fd().as_raw_fd(),
-            name.as_ptr(),
-            flags,
-            libc::STATX_MNT_ID,
-            &mut buf,
-        );
-        (ret, buf)
-    };
-    if ret != 0 {
-        return Err(MountIdError::Sys(Errno::last()));
-    }
-    if buf.stx_mask & libc::STATX_MNT_ID == 0 {
+    let found = statx(dir, name, flags, StatxFlags::MNT_ID)
+        .map_err(|e| MountIdError::Sys(Errno::from_raw(e.raw_os_error())))?;
+    if found.stx_mask & StatxFlags::MNT_ID.bits() == 0 {
         return Err(MountIdError::Unsupported);
     }
-    Ok(buf.stx_mnt_id)
+    Ok(found.stx_mnt_id)
 }
