@@ -4,6 +4,9 @@
 //! refused and left byte-identical. Commands run through a caller-supplied [`Runner`];
 //! this crate spawns no process itself.
 
+// `make lint` fails on a dependency the library does not use (test builds add dev-dependencies).
+#![cfg_attr(not(test), deny(unused_crate_dependencies))]
+
 mod claude;
 mod codex;
 mod error;

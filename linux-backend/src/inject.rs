@@ -9,7 +9,9 @@
 use crate::error::Result;
 use crate::home::Home;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The marker file name of a verb is its variant in kebab-case (`workers-reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "kebab-case")]
 pub enum Verb {
     Boot,
     Run,
@@ -26,18 +28,7 @@ pub enum Verb {
 impl Verb {
     #[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
     pub fn as_str(self) -> &'static str {
-        match self {
-            Verb::Boot => "boot",
-            Verb::Run => "run",
-            Verb::Status => "status",
-            Verb::Results => "results",
-            Verb::Show => "show",
-            Verb::Reset => "reset",
-            Verb::Stop => "stop",
-            Verb::WorkersReset => "workers-reset",
-            Verb::Load => "load",
-            Verb::KitRun => "kit-run",
-        }
+        self.into()
     }
 }
 

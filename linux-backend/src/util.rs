@@ -49,6 +49,7 @@ pub fn now_ms() -> u64 {
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it: every
 /// critical section in this crate leaves the guarded state consistent at each step.
+#[allow(clippy::disallowed_methods)]
 pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -62,7 +63,7 @@ pub fn euid() -> u32 {
 pub fn random_hex(n: usize) -> Result<String> {
     let mut buf = vec![0u8; n];
     getrandom::fill(&mut buf).map_err(|e| Error::failed(format!("drawing random bytes: {e}")))?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex::encode(buf))
 }
 
 /// Writes `bytes` to `dir/name` so that a reader sees either the old file or the

@@ -6,8 +6,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 /// Stable snake_case error codes. Callers branch on these; messages are for people.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum ErrorKind {
     InvalidArgument,
     UnknownScope,
@@ -39,25 +40,7 @@ impl ErrorKind {
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::InvalidArgument => "invalid_argument",
-            Self::UnknownScope => "unknown_scope",
-            Self::ScopeNotReady => "scope_not_ready",
-            Self::ScopeBusy => "scope_busy",
-            Self::CapacityExhausted => "capacity_exhausted",
-            Self::LiveScopeLimit => "live_scope_limit",
-            Self::RetainedScopeLimit => "retained_scope_limit",
-            Self::IdentityInvalid => "identity_invalid",
-            Self::ExecutableChanged => "executable_changed",
-            Self::BackendFailed => "backend_failed",
-            Self::NotFound => "not_found",
-            Self::TimedOut => "timed_out",
-            Self::Disabled => "disabled",
-            Self::NotOwner => "not_owner",
-            Self::UnknownOperation => "unknown_operation",
-            Self::PublicationChanged => "publication_changed",
-            Self::Internal => "internal",
-        }
+        self.into()
     }
 }
 

@@ -344,7 +344,7 @@ fn hash_unchanged(
             path: path.to_owned(),
         });
     }
-    Ok((format!("{:x}", hasher.finalize()), file.into()))
+    Ok((hex::encode(hasher.finalize()), file.into()))
 }
 
 #[cfg(test)]

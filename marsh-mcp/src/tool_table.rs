@@ -4,8 +4,20 @@
 //! `tools/` adds descriptions and schemas and dispatches on it exhaustively; operation
 //! kinds name themselves through it.
 
-/// Every tool this server exposes, in catalog order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Every tool this server exposes, in catalog order (the declaration order); a tool's
+/// wire name is its variant in snake_case.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "snake_case")]
 pub(crate) enum ToolName {
     Doctor,
     Status,
@@ -44,61 +56,15 @@ pub(crate) enum Addressing {
 
 impl ToolName {
     /// Catalog order: exactly these 22.
-    pub(crate) const ALL: [ToolName; 22] = [
-        Self::Doctor,
-        Self::Status,
-        Self::ResultsList,
-        Self::ResultGet,
-        Self::ShellRun,
-        Self::Prewarm,
-        Self::WorkersReset,
-        Self::ScopeStart,
-        Self::ScopeList,
-        Self::ScopeStatus,
-        Self::ScopeRun,
-        Self::ScopeResultsList,
-        Self::ScopeResultGet,
-        Self::ScopePrewarm,
-        Self::ScopeWorkersReset,
-        Self::ScopeReset,
-        Self::ScopeStop,
-        Self::ScopeRemove,
-        Self::OperationGet,
-        Self::OperationOutput,
-        Self::OperationCancel,
-        Self::Qualify,
-    ];
+    pub(crate) const ALL: &'static [ToolName] = <Self as strum::VariantArray>::VARIANTS;
 
     pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Doctor => "doctor",
-            Self::Status => "status",
-            Self::ResultsList => "results_list",
-            Self::ResultGet => "result_get",
-            Self::ShellRun => "shell_run",
-            Self::Prewarm => "prewarm",
-            Self::WorkersReset => "workers_reset",
-            Self::ScopeStart => "scope_start",
-            Self::ScopeList => "scope_list",
-            Self::ScopeStatus => "scope_status",
-            Self::ScopeRun => "scope_run",
-            Self::ScopeResultsList => "scope_results_list",
-            Self::ScopeResultGet => "scope_result_get",
-            Self::ScopePrewarm => "scope_prewarm",
-            Self::ScopeWorkersReset => "scope_workers_reset",
-            Self::ScopeReset => "scope_reset",
-            Self::ScopeStop => "scope_stop",
-            Self::ScopeRemove => "scope_remove",
-            Self::OperationGet => "operation_get",
-            Self::OperationOutput => "operation_output",
-            Self::OperationCancel => "operation_cancel",
-            Self::Qualify => "qualify",
-        }
+        self.into()
     }
 
     /// The tool called `name`, if there is one.
     pub(crate) fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|tool| tool.as_str() == name)
+        name.parse().ok()
     }
 
     pub(crate) fn addressing(self) -> Addressing {
@@ -290,7 +256,7 @@ mod tests {
     #[test]
     fn names_are_unique_and_parse_back() {
         let mut seen = std::collections::HashSet::new();
-        for tool in ToolName::ALL {
+        for &tool in ToolName::ALL {
             assert!(seen.insert(tool.as_str()), "{tool:?}");
             assert_eq!(ToolName::parse(tool.as_str()), Some(tool));
         }
@@ -300,7 +266,7 @@ mod tests {
     #[test]
     fn hints_are_consistent() {
         let mut titles = std::collections::HashSet::new();
-        for tool in ToolName::ALL {
+        for &tool in ToolName::ALL {
             assert!(titles.insert(tool.title()), "{tool:?}");
             if tool.read_only() {
                 assert!(!tool.destructive() && tool.idempotent() && !tool.open_world());
@@ -325,7 +291,7 @@ mod tests {
 
     #[test]
     fn every_scope_tool_takes_a_scope_argument_and_aliases_do_not() {
-        for tool in ToolName::ALL {
+        for &tool in ToolName::ALL {
             let scoped = tool.as_str().starts_with("scope_")
                 && !matches!(tool, ToolName::ScopeStart | ToolName::ScopeList);
             assert_eq!(

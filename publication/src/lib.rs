@@ -2,6 +2,9 @@
 //! installers bind a client registration to: reading and validating a declaration, the
 //! stock SBX server name of a tool, and the `export-serve` arguments a registration pins.
 
+// `make lint` fails on a dependency the library does not use (test builds add dev-dependencies).
+#![cfg_attr(not(test), deny(unused_crate_dependencies))]
+
 mod declaration;
 mod name;
 

@@ -46,13 +46,8 @@ pub fn server_for_tool(name: &str) -> String {
     if plain.len() <= MAX_SERVER_NAME && !looks_shortened(name) {
         return plain;
     }
-    let digest = Sha256::digest(name.as_bytes());
-    let hex: String = digest
-        .iter()
-        .flat_map(|b| [b >> 4, b & 0xf])
-        .take(DIGEST_HEX)
-        .map(|n| char::from_digit(u32::from(n), 16).unwrap_or('0'))
-        .collect();
+    let digest = hex::encode(Sha256::digest(name.as_bytes()));
+    let hex = &digest[..DIGEST_HEX];
     let stem_len = MAX_SERVER_NAME - SERVER_PREFIX.len() - 1 - DIGEST_HEX;
     // Valid names are ASCII, so any byte index is a character boundary.
     format!("{SERVER_PREFIX}{}-{hex}", &name[..stem_len])

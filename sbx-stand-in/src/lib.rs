@@ -4,6 +4,9 @@
 //! state file) and the `sbx mcp ...` verbs of [`mcp`]. The binary in `main.rs` only
 //! calls [`main`].
 
+// `make lint` fails on a dependency the library does not use (test builds add dev-dependencies).
+#![cfg_attr(not(test), deny(unused_crate_dependencies))]
+
 mod mcp;
 mod state;
 

@@ -84,7 +84,8 @@ impl McpError {
 
 type Result<T, E = McpError> = std::result::Result<T, E>;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr, strum::EnumString)]
+#[strum(serialize_all = "kebab-case")]
 enum Verb {
     Add,
     Rm,
@@ -103,30 +104,12 @@ struct Spec {
 }
 
 impl Verb {
-    const ALL: [Verb; 7] = [
-        Verb::Add,
-        Verb::Rm,
-        Verb::Ls,
-        Verb::Inspect,
-        Verb::Load,
-        Verb::Unload,
-        Verb::GatewayExec,
-    ];
-
     fn as_str(self) -> &'static str {
-        match self {
-            Verb::Add => "add",
-            Verb::Rm => "rm",
-            Verb::Ls => "ls",
-            Verb::Inspect => "inspect",
-            Verb::Load => "load",
-            Verb::Unload => "unload",
-            Verb::GatewayExec => "gateway-exec",
-        }
+        self.into()
     }
 
     fn parse(word: &str) -> Option<Verb> {
-        Verb::ALL.into_iter().find(|v| v.as_str() == word)
+        word.parse().ok()
     }
 
     fn spec(self) -> Spec {

@@ -7,10 +7,7 @@ use sha2::{Digest, Sha256};
 
 /// Lowercase hex sha256 of the canonical workspace path bytes.
 pub fn workspace_hash(canonical: &Path) -> String {
-    format!(
-        "{:x}",
-        Sha256::digest(canonical.as_os_str().as_encoded_bytes())
-    )
+    hex::encode(Sha256::digest(canonical.as_os_str().as_encoded_bytes()))
 }
 
 /// The name clients register: `marsh-dev-` + the first 12 hex of the workspace hash

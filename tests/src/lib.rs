@@ -2,8 +2,13 @@
 //! isolated workspace and state directory per test, spawns `marsh-mcp`, and speaks
 //! MCP (newline-delimited JSON-RPC) to it. Everything a test starts is killed by pid
 //! when the test's values drop; nothing touches the real `$HOME`.
+
+// `make lint` fails on a dependency the library does not use (test builds add dev-dependencies).
+#![cfg_attr(not(test), deny(unused_crate_dependencies))]
 // A harness failure is a test failure: panicking with a message is the intended way out.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
+// A test harness panics on a poisoned lock; the product crates lock through their helpers.
+#![allow(clippy::disallowed_methods)]
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};

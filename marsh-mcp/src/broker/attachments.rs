@@ -11,9 +11,11 @@
 //! instead of starting a new one. The lock is held for those few instructions only,
 //! never across an await.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
+
+use crate::lock::lock;
 
 /// Sessions attached at once.
 pub const MAX_SESSIONS: usize = 128;
@@ -43,11 +45,6 @@ impl Drop for SessionSlot {
         let mut count = lock(&self.0);
         *count = count.saturating_sub(1);
     }
-}
-
-/// A poisoned lock still holds a valid count: every critical section is one write.
-fn lock(sessions: &Mutex<usize>) -> MutexGuard<'_, usize> {
-    sessions.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl Default for Attachments {

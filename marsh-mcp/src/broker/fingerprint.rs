@@ -27,7 +27,7 @@ pub fn build_hash() -> std::io::Result<String> {
         }
         hasher.update(&buf[..n]);
     }
-    Ok(format!("{:x}", hasher.finalize()))
+    Ok(hex::encode(hasher.finalize()))
 }
 
 impl BrokerIdentity {
@@ -56,7 +56,7 @@ impl BrokerIdentity {
         );
         Ok(Self {
             build: build_hash()?,
-            fingerprint: format!("{:x}", hasher.finalize()),
+            fingerprint: hex::encode(hasher.finalize()),
         })
     }
 }

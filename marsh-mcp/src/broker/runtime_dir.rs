@@ -18,7 +18,7 @@ impl RuntimeDir {
     /// Where the runtime directory of `root` is. `xdg_runtime` is honoured only when it
     /// is absolute and short enough to keep the socket path within the limit.
     pub fn locate(root: &Path, xdg_runtime: Option<&Path>) -> Self {
-        let digest = format!("{:x}", Sha256::digest(root.as_os_str().as_encoded_bytes()));
+        let digest = hex::encode(Sha256::digest(root.as_os_str().as_encoded_bytes()));
         let name = format!(
             "marsh-mcp-{}-{}",
             nix::unistd::geteuid().as_raw(),

@@ -44,7 +44,7 @@ struct Pending {
 
 impl Pending {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        self.ids.lock().unwrap_or_else(|p| p.into_inner())
+        crate::lock::lock(&self.ids)
     }
 
     /// Records a request; false when one with the same id is still unanswered.

@@ -209,8 +209,8 @@ fn catalog_entry(tool: ToolName, project: &str) -> Tool {
 /// Every tool, in catalog order, for the workspace directory named `project`.
 pub(crate) fn catalog(project: &str) -> Vec<Tool> {
     ToolName::ALL
-        .into_iter()
-        .map(|tool| catalog_entry(tool, project))
+        .iter()
+        .map(|&tool| catalog_entry(tool, project))
         .collect()
 }
 
