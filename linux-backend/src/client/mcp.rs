@@ -30,9 +30,11 @@ pub fn mcp(
         Some(verb) if verb == "unpublish" || verb == "load" => match cli::parse(args) {
             Ok(request) => match host_publisher(home, cwd, env) {
                 Ok(publisher) => publisher.execute(&request),
-                Err(reason) => {
-                    PublicationAnswer::rejected(Some(request.tool_name()), reason, false)
-                }
+                Err(reason) => PublicationAnswer::rejected(
+                    Some(request.tool_name()),
+                    reason.to_string(),
+                    false,
+                ),
             },
             Err(usage) => usage.answer(),
         },
@@ -47,15 +49,11 @@ pub fn mcp(
 }
 
 /// A publisher that may revoke and load, never publish.
-fn host_publisher(
-    home: &Home,
-    cwd: &Path,
-    env: &[(OsString, OsString)],
-) -> Result<Publisher, String> {
+fn host_publisher(home: &Home, cwd: &Path, env: &[(OsString, OsString)]) -> Result<Publisher> {
     let workspace = std::fs::canonicalize(cwd).map_err(|e| {
-        format!(
-            "cannot resolve the current directory {}: {e}",
-            cwd.display()
+        Error::io(
+            format!("cannot resolve the current directory {}", cwd.display()),
+            e,
         )
     })?;
     Ok(Publisher {

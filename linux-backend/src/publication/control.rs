@@ -20,6 +20,57 @@ use crate::util;
 pub const LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 const LOCK_POLL: Duration = Duration::from_millis(10);
 
+/// One failing step on a control-directory path, naming the path.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error("{} is not a normal absolute path", .path.display())]
+    NotNormal { path: PathBuf },
+    #[error("cannot resolve {}", .path.display())]
+    Unresolvable { path: PathBuf },
+    #[error("cannot resolve {}: {source}", .path.display())]
+    Resolve {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot inspect {}: {source}", .path.display())]
+    Inspect {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{} is not a directory", .path.display())]
+    NotDirectory { path: PathBuf },
+    #[error("{} is owned by uid {uid}, not by this user", .path.display())]
+    ForeignOwner { path: PathBuf, uid: u32 },
+    #[error("{} is writable by group or others (mode {mode:o})", .path.display())]
+    Writable { path: PathBuf, mode: u32 },
+    #[error("cannot list the published declarations: {source}")]
+    List {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot remove {}: {source}", .path.display())]
+    Remove {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("syncing {}: {source}", .path.display())]
+    Sync {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl From<ControlError> for TxError {
+    /// A failing check or listing changed nothing.
+    fn from(e: ControlError) -> Self {
+        TxError::Rejected(e.to_string())
+    }
+}
+
 /// An opened (created, checked) control directory.
 #[derive(Debug)]
 pub struct ControlDir {
@@ -32,10 +83,9 @@ pub struct ControlDir {
 /// Creates (when missing) and checks the control directory at `base`, which must not
 /// overlap `home` or `workspace`.
 pub fn open(base: &Path, home: &Path, workspace: &Path) -> Result<ControlDir, TxError> {
-    let rejected = TxError::Rejected;
-    let control = canonical_prefix(base).map_err(rejected)?;
+    let control = canonical_prefix(base)?;
     for (what, area) in [("marsh home", home), ("workspace", workspace)] {
-        let area = canonical_prefix(area).map_err(rejected)?;
+        let area = canonical_prefix(area)?;
         if control.starts_with(&area) || area.starts_with(&control) {
             return Err(TxError::Rejected(format!(
                 "the control directory {} overlaps the {what} {}; set MARSH_CONTROL_HOME to a directory outside both",
@@ -51,7 +101,7 @@ pub fn open(base: &Path, home: &Path, workspace: &Path) -> Result<ControlDir, Tx
         .create(&published)
         .map_err(|e| TxError::Rejected(format!("cannot create {}: {e}", published.display())))?;
     for dir in [control.as_path(), &control.join("mcp"), &published] {
-        check_private_dir(dir).map_err(rejected)?;
+        check_private_dir(dir)?;
     }
     let mcp = fs::canonicalize(control.join("mcp"))
         .map_err(|e| TxError::Rejected(format!("cannot resolve the control directory: {e}")))?;
@@ -72,9 +122,9 @@ impl ControlDir {
     }
 
     /// How many declarations exist (every `*.json` of the published directory).
-    pub fn declaration_count(&self) -> Result<usize, String> {
-        let entries = fs::read_dir(&self.published)
-            .map_err(|e| format!("cannot list the published declarations: {e}"))?;
+    pub fn declaration_count(&self) -> Result<usize, ControlError> {
+        let entries =
+            fs::read_dir(&self.published).map_err(|source| ControlError::List { source })?;
         Ok(entries
             .filter_map(Result::ok)
             .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
@@ -150,23 +200,31 @@ impl ControlDir {
     }
 
     /// Removes the revocation marker (absent is fine) durably.
-    pub fn clear_revocation(&self, name: &str) -> Result<(), String> {
+    pub fn clear_revocation(&self, name: &str) -> Result<(), ControlError> {
         remove_durably(&self.marker_path(name), &self.published)
     }
 
     /// Removes the declaration (absent is fine) durably.
-    pub fn remove_declaration(&self, name: &str) -> Result<(), String> {
+    pub fn remove_declaration(&self, name: &str) -> Result<(), ControlError> {
         remove_durably(&self.declaration_path(name), &self.published)
     }
 }
 
-fn remove_durably(path: &Path, dir: &Path) -> Result<(), String> {
+fn remove_durably(path: &Path, dir: &Path) -> Result<(), ControlError> {
     match fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("cannot remove {}: {e}", path.display())),
+        Err(source) => {
+            return Err(ControlError::Remove {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
     }
-    sync_dir(dir).map_err(|e| format!("syncing {}: {e}", dir.display()))
+    sync_dir(dir).map_err(|source| ControlError::Sync {
+        path: dir.to_path_buf(),
+        source,
+    })
 }
 
 pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
@@ -174,38 +232,41 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// A real directory owned by the effective uid, not writable by group or others.
-fn check_private_dir(dir: &Path) -> Result<(), String> {
-    let meta =
-        fs::symlink_metadata(dir).map_err(|e| format!("cannot inspect {}: {e}", dir.display()))?;
+fn check_private_dir(dir: &Path) -> Result<(), ControlError> {
+    let path = || dir.to_path_buf();
+    let meta = fs::symlink_metadata(dir).map_err(|source| ControlError::Inspect {
+        path: path(),
+        source,
+    })?;
     if !meta.file_type().is_dir() {
-        return Err(format!("{} is not a directory", dir.display()));
+        return Err(ControlError::NotDirectory { path: path() });
     }
     if meta.uid() != util::euid() {
-        return Err(format!(
-            "{} is owned by uid {}, not by this user",
-            dir.display(),
-            meta.uid()
-        ));
+        return Err(ControlError::ForeignOwner {
+            path: path(),
+            uid: meta.uid(),
+        });
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{} is writable by group or others (mode {:o})",
-            dir.display(),
-            meta.mode() & 0o7777
-        ));
+        return Err(ControlError::Writable {
+            path: path(),
+            mode: meta.mode() & 0o7777,
+        });
     }
     Ok(())
 }
 
 /// `path` with its longest existing ancestor canonicalized and the missing rest kept
 /// as written. `path` must be absolute and free of `.`/`..` components.
-pub fn canonical_prefix(path: &Path) -> Result<PathBuf, String> {
+pub fn canonical_prefix(path: &Path) -> Result<PathBuf, ControlError> {
     if !path.is_absolute()
         || path
             .components()
             .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
     {
-        return Err(format!("{} is not a normal absolute path", path.display()));
+        return Err(ControlError::NotNormal {
+            path: path.to_path_buf(),
+        });
     }
     let mut existing = path.to_path_buf();
     let mut missing: Vec<OsString> = Vec::new();
@@ -221,10 +282,19 @@ pub fn canonical_prefix(path: &Path) -> Result<PathBuf, String> {
                         missing.push(name.to_os_string());
                         existing = parent.to_path_buf();
                     }
-                    _ => return Err(format!("cannot resolve {}", path.display())),
+                    _ => {
+                        return Err(ControlError::Unresolvable {
+                            path: path.to_path_buf(),
+                        });
+                    }
                 }
             }
-            Err(e) => return Err(format!("cannot resolve {}: {e}", existing.display())),
+            Err(source) => {
+                return Err(ControlError::Resolve {
+                    path: existing,
+                    source,
+                });
+            }
         }
     }
 }

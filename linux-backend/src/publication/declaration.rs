@@ -9,7 +9,7 @@
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -111,6 +111,75 @@ pub fn valid_generation(text: &str) -> bool {
         })
 }
 
+/// Why a declaration on disk is not usable, or not this publisher's.
+#[derive(Debug, thiserror::Error)]
+pub enum DeclarationError {
+    #[error("cannot open the declaration {}: {source}", .path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot inspect {}: {source}", .path.display())]
+    Inspect {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read {}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the declaration {} is unsafe: {why}", .path.display())]
+    Unsafe { path: PathBuf, why: &'static str },
+    #[error("the declaration {} is malformed: {source}", .path.display())]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("the declaration {} is malformed: {problem}", .path.display())]
+    Invalid {
+        path: PathBuf,
+        problem: InvalidDeclaration,
+    },
+    #[error(
+        "{tool} was published from the workspace {found} (device {found_device}, inode {found_inode}), not from {} (device {}, inode {})",
+        .workspace.display(), .identity.device, .identity.inode
+    )]
+    OtherWorkspace {
+        tool: String,
+        found: String,
+        found_device: u64,
+        found_inode: u64,
+        workspace: PathBuf,
+        identity: Identity,
+    },
+    #[error("{tool} was published with the marsh home {found}, not {}", .home.display())]
+    OtherHome {
+        tool: String,
+        found: String,
+        home: PathBuf,
+    },
+}
+
+/// The rule a declaration's content breaks.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidDeclaration {
+    #[error("schema {found:?} is not {SCHEMA:?}")]
+    Schema { found: String },
+    #[error("it declares the tool {found:?}, not {expected:?}")]
+    OtherTool { found: String, expected: String },
+    #[error("it must declare exactly one of pipeline and command")]
+    NotExactlyOneAction,
+    #[error("generation {0:?} is not a UUID")]
+    Generation(String),
+    #[error("a bound is out of range")]
+    BoundOutOfRange,
+}
+
 impl Declaration {
     /// Whether it names this workspace (path and identity) and this home; the
     /// problem otherwise.
@@ -119,49 +188,48 @@ impl Declaration {
         workspace: &Path,
         identity: Identity,
         home: &Path,
-    ) -> Result<(), String> {
+    ) -> Result<(), DeclarationError> {
         if Path::new(&self.canonical_workspace) != workspace || self.workspace_identity != identity
         {
-            return Err(format!(
-                "{} was published from the workspace {} (device {}, inode {}), not from {} (device {}, inode {})",
-                self.tool_name,
-                self.canonical_workspace,
-                self.workspace_identity.device,
-                self.workspace_identity.inode,
-                workspace.display(),
-                identity.device,
-                identity.inode
-            ));
+            return Err(DeclarationError::OtherWorkspace {
+                tool: self.tool_name.clone(),
+                found: self.canonical_workspace.clone(),
+                found_device: self.workspace_identity.device,
+                found_inode: self.workspace_identity.inode,
+                workspace: workspace.to_path_buf(),
+                identity,
+            });
         }
         if Path::new(&self.home) != home {
-            return Err(format!(
-                "{} was published with the marsh home {}, not {}",
-                self.tool_name,
-                self.home,
-                home.display()
-            ));
+            return Err(DeclarationError::OtherHome {
+                tool: self.tool_name.clone(),
+                found: self.home.clone(),
+                home: home.to_path_buf(),
+            });
         }
         Ok(())
     }
 
     /// The rules every declaration meets; the problem otherwise.
-    fn validate(&self, expected_name: &str) -> Result<(), String> {
+    fn validate(&self, expected_name: &str) -> Result<(), InvalidDeclaration> {
         if self.schema != SCHEMA {
-            return Err(format!("schema {:?} is not {SCHEMA:?}", self.schema));
+            return Err(InvalidDeclaration::Schema {
+                found: self.schema.clone(),
+            });
         }
         if self.tool_name != expected_name {
-            return Err(format!(
-                "it declares the tool {:?}, not {expected_name:?}",
-                self.tool_name
-            ));
+            return Err(InvalidDeclaration::OtherTool {
+                found: self.tool_name.clone(),
+                expected: expected_name.to_string(),
+            });
         }
         if self.pipeline.is_some() == self.command.is_some() {
-            return Err("it must declare exactly one of pipeline and command".into());
+            return Err(InvalidDeclaration::NotExactlyOneAction);
         }
         if let Some(generation) = &self.publication_generation
             && !valid_generation(generation)
         {
-            return Err(format!("generation {generation:?} is not a UUID"));
+            return Err(InvalidDeclaration::Generation(generation.clone()));
         }
         if self
             .max_output_bytes
@@ -170,7 +238,7 @@ impl Declaration {
                 .timeout_ms
                 .is_some_and(|n| !(1..=MAX_TIMEOUT_MS).contains(&n))
         {
-            return Err("a bound is out of range".into());
+            return Err(InvalidDeclaration::BoundOutOfRange);
         }
         Ok(())
     }
@@ -211,7 +279,8 @@ pub fn write(dir: &Path, name: &str, declaration: &Declaration) -> Result<(), Tx
 
 /// Reads and checks the declaration of `expected_name` at `path`; `Ok(None)` when
 /// there is none.
-pub fn read(path: &Path, expected_name: &str) -> Result<Option<Declaration>, String> {
+pub fn read(path: &Path, expected_name: &str) -> Result<Option<Declaration>, DeclarationError> {
+    let at = || path.to_path_buf();
     let file = match OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
@@ -219,18 +288,12 @@ pub fn read(path: &Path, expected_name: &str) -> Result<Option<Declaration>, Str
     {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(format!(
-                "cannot open the declaration {}: {e}",
-                path.display()
-            ));
-        }
+        Err(source) => return Err(DeclarationError::Open { path: at(), source }),
     };
-    let unsafe_file =
-        |problem: &str| format!("the declaration {} is unsafe: {problem}", path.display());
+    let unsafe_file = |why| DeclarationError::Unsafe { path: at(), why };
     let meta = file
         .metadata()
-        .map_err(|e| format!("cannot inspect {}: {e}", path.display()))?;
+        .map_err(|source| DeclarationError::Inspect { path: at(), source })?;
     if !meta.is_file() {
         return Err(unsafe_file("not a regular file"));
     }
@@ -246,15 +309,18 @@ pub fn read(path: &Path, expected_name: &str) -> Result<Option<Declaration>, Str
     let mut bytes = Vec::new();
     file.take(MAX_DECLARATION_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        .map_err(|source| DeclarationError::Read { path: at(), source })?;
     if bytes.len() as u64 > MAX_DECLARATION_BYTES {
         return Err(unsafe_file("larger than 256 KiB"));
     }
     let declaration: Declaration = serde_json::from_slice(&bytes)
-        .map_err(|e| format!("the declaration {} is malformed: {e}", path.display()))?;
+        .map_err(|source| DeclarationError::Json { path: at(), source })?;
     declaration
         .validate(expected_name)
-        .map_err(|problem| format!("the declaration {} is malformed: {problem}", path.display()))?;
+        .map_err(|problem| DeclarationError::Invalid {
+            path: at(),
+            problem,
+        })?;
     Ok(Some(declaration))
 }
 
@@ -305,10 +371,16 @@ mod tests {
         );
         assert!(read(&path, "other").is_err(), "the name must match");
         fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).unwrap();
-        assert!(read(&path, "hello").unwrap_err().contains("unsafe"));
+        assert!(matches!(
+            read(&path, "hello").unwrap_err(),
+            DeclarationError::Unsafe { why, .. } if why.contains("group or others")
+        ));
         fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).unwrap();
         fs::hard_link(&path, dir.path().join("second")).unwrap();
-        assert!(read(&path, "hello").unwrap_err().contains("links"));
+        assert!(matches!(
+            read(&path, "hello").unwrap_err(),
+            DeclarationError::Unsafe { why, .. } if why.contains("links")
+        ));
     }
 
     #[test]
@@ -324,7 +396,13 @@ mod tests {
             {"named_option": {"option": "--lang", "field": "b"}}, {"flag": {"option": "-n", "field": "c"}}],
             "stdin": {"field": "d", "max_bytes": 10}}});
         util::write_durable(dir.path(), "hello.json", value.to_string().as_bytes()).unwrap();
-        assert!(read(&path, "hello").unwrap_err().contains("exactly one"));
+        assert!(matches!(
+            read(&path, "hello").unwrap_err(),
+            DeclarationError::Invalid {
+                problem: InvalidDeclaration::NotExactlyOneAction,
+                ..
+            }
+        ));
         value.as_object_mut().unwrap().remove("pipeline");
         util::write_durable(dir.path(), "hello.json", value.to_string().as_bytes()).unwrap();
         let read_back = read(&path, "hello").unwrap().unwrap();

@@ -39,6 +39,27 @@ pub enum TxError {
     Uncertain(String),
 }
 
+/// The rule a publication request breaks (checked before any effect).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidRequest {
+    #[error(
+        "invalid tool name {0:?}: expected 1 to 64 of [A-Za-z0-9_.-], not starting with - and not only dots"
+    )]
+    ToolName(String),
+    #[error("invalid sandbox name {0:?}: expected 1 to 64 of [A-Za-z0-9._-]")]
+    SandboxName(String),
+    #[error("the description must be 1 to {MAX_DESCRIPTION_BYTES} bytes")]
+    Description,
+    #[error("--timeout-ms {0} is outside 1..={MAX_TIMEOUT_MS}")]
+    Timeout(u64),
+    #[error("--max-output-bytes {0} is outside 1..={MAX_OUTPUT_BYTES}")]
+    MaxOutput(u64),
+    #[error("the pipeline must be 1 to {MAX_PIPELINE_BYTES} bytes")]
+    PipelineLength,
+    #[error("the pipeline contains a NUL byte")]
+    PipelineNul,
+}
+
 /// One publication command, validated by [`PublicationRequest::validate`] on both
 /// sides (the `mcp` client and the daemon, which trusts nothing from a sandbox).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,20 +92,16 @@ impl PublicationRequest {
     }
 
     /// Every rule a request must meet before any effect; the problem otherwise.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidRequest> {
         let name = self.tool_name();
         if !valid_tool_name(name) {
-            return Err(format!(
-                "invalid tool name {name:?}: expected 1 to 64 of [A-Za-z0-9_.-], not starting with - and not only dots"
-            ));
+            return Err(InvalidRequest::ToolName(name.to_string()));
         }
         let sandbox_ok = |sandbox: &str| {
             if valid_sandbox_name(sandbox) {
                 Ok(())
             } else {
-                Err(format!(
-                    "invalid sandbox name {sandbox:?}: expected 1 to 64 of [A-Za-z0-9._-]"
-                ))
+                Err(InvalidRequest::SandboxName(sandbox.to_string()))
             }
         };
         match self {
@@ -102,27 +119,19 @@ impl PublicationRequest {
                 if let Some(text) = description
                     && (text.is_empty() || text.len() > MAX_DESCRIPTION_BYTES)
                 {
-                    return Err(format!(
-                        "the description must be 1 to {MAX_DESCRIPTION_BYTES} bytes"
-                    ));
+                    return Err(InvalidRequest::Description);
                 }
                 if !(1..=MAX_TIMEOUT_MS).contains(timeout_ms) {
-                    return Err(format!(
-                        "--timeout-ms {timeout_ms} is outside 1..={MAX_TIMEOUT_MS}"
-                    ));
+                    return Err(InvalidRequest::Timeout(*timeout_ms));
                 }
                 if !(1..=MAX_OUTPUT_BYTES).contains(max_output_bytes) {
-                    return Err(format!(
-                        "--max-output-bytes {max_output_bytes} is outside 1..={MAX_OUTPUT_BYTES}"
-                    ));
+                    return Err(InvalidRequest::MaxOutput(*max_output_bytes));
                 }
                 if pipeline.is_empty() || pipeline.len() > MAX_PIPELINE_BYTES {
-                    return Err(format!(
-                        "the pipeline must be 1 to {MAX_PIPELINE_BYTES} bytes"
-                    ));
+                    return Err(InvalidRequest::PipelineLength);
                 }
                 if pipeline.contains('\0') {
-                    return Err("the pipeline contains a NUL byte".into());
+                    return Err(InvalidRequest::PipelineNul);
                 }
                 Ok(())
             }

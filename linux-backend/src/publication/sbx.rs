@@ -1,4 +1,4 @@
-//! Driving the stock `sbx` (README "sbx mcp verbs"). Every run is bounded in time (a
+//! Driving the stock `sbx` (docs/sbx-stand-in.md has the verbs). Every run is bounded in time (a
 //! run that outlives [`SBX_TIMEOUT`] is killed with its process group) and in captured
 //! output, with exactly the given environment, stdin `/dev/null`, cwd = workspace.
 
@@ -19,6 +19,40 @@ use crate::util;
 const SBX_TIMEOUT: Duration = Duration::from_secs(30);
 /// Bytes kept of each output stream (the rest is read and dropped).
 const MAX_CAPTURE: usize = 64 * 1024;
+
+/// One failing step of an sbx run, naming the command or verb.
+#[derive(Debug, thiserror::Error)]
+pub enum SbxError {
+    #[error("cannot run {command}: {source}")]
+    Spawn {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{command} did not finish within {secs} s and was killed")]
+    TimedOut { command: String, secs: u64 },
+    #[error("waiting for {command}: {source}")]
+    Wait {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `last` is the last non-empty line of its stderr.
+    #[error("sbx mcp {verb} exited with {code}: {last}")]
+    Exited {
+        verb: &'static str,
+        code: i32,
+        last: String,
+    },
+    #[error("sbx mcp {verb} was killed by a signal: {last}")]
+    Killed { verb: &'static str, last: String },
+    #[error("sbx mcp inspect {server} printed no registration: {source}")]
+    NoRegistration {
+        server: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
 
 /// A registration as `sbx mcp inspect --json` shows it (only what a match compares).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -51,7 +85,7 @@ impl Ran {
 
 impl Sbx<'_> {
     /// The registration of `server`, `None` when sbx says it is not found.
-    pub fn inspect(&self, server: &str) -> Result<Option<Registration>, String> {
+    pub fn inspect(&self, server: &str) -> Result<Option<Registration>, SbxError> {
         let ran = self.run(&["mcp", "inspect", server, "--json"])?;
         if ran.not_found(server) {
             return Ok(None);
@@ -61,11 +95,14 @@ impl Sbx<'_> {
         }
         serde_json::from_slice(&ran.stdout)
             .map(Some)
-            .map_err(|e| format!("sbx mcp inspect {server} printed no registration: {e}"))
+            .map_err(|source| SbxError::NoRegistration {
+                server: server.to_string(),
+                source,
+            })
     }
 
     /// Removes `server` whether or not it is loaded; absent is fine.
-    pub fn remove(&self, server: &str) -> Result<(), String> {
+    pub fn remove(&self, server: &str) -> Result<(), SbxError> {
         let ran = self.run(&["mcp", "rm", "--force", server])?;
         if ran.code == Some(0) || ran.not_found(server) {
             Ok(())
@@ -76,7 +113,7 @@ impl Sbx<'_> {
 
     /// `sbx mcp add SERVER --command COMMAND --args A,B,...` (no argument may hold a
     /// comma; the caller checked).
-    pub fn add(&self, server: &str, command: &str, args: &[String]) -> Result<(), String> {
+    pub fn add(&self, server: &str, command: &str, args: &[String]) -> Result<(), SbxError> {
         let joined = args.join(",");
         let ran = self.run(&[
             "mcp",
@@ -93,7 +130,7 @@ impl Sbx<'_> {
         }
     }
 
-    pub fn load(&self, server: &str, sandbox: &str) -> Result<(), String> {
+    pub fn load(&self, server: &str, sandbox: &str) -> Result<(), SbxError> {
         let ran = self.run(&["mcp", "load", server, "--sandbox", sandbox])?;
         match ran.code {
             Some(0) => Ok(()),
@@ -101,20 +138,21 @@ impl Sbx<'_> {
         }
     }
 
-    fn failure(&self, verb: &str, ran: &Ran) -> String {
+    fn failure(&self, verb: &'static str, ran: &Ran) -> SbxError {
         let stderr = String::from_utf8_lossy(&ran.stderr);
         let last = stderr
             .lines()
             .rev()
             .find(|l| !l.trim().is_empty())
-            .unwrap_or("");
+            .unwrap_or("")
+            .to_string();
         match ran.code {
-            Some(code) => format!("sbx mcp {verb} exited with {code}: {last}"),
-            None => format!("sbx mcp {verb} was killed by a signal: {last}"),
+            Some(code) => SbxError::Exited { verb, code, last },
+            None => SbxError::Killed { verb, last },
         }
     }
 
-    fn run(&self, args: &[&str]) -> Result<Ran, String> {
+    fn run(&self, args: &[&str]) -> Result<Ran, SbxError> {
         let what = || format!("{} {}", self.program.display(), args.join(" "));
         let mut child = Command::new(self.program)
             .args(args)
@@ -126,7 +164,10 @@ impl Sbx<'_> {
             .stderr(Stdio::piped())
             .process_group(0)
             .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", what()))?;
+            .map_err(|source| SbxError::Spawn {
+                command: what(),
+                source,
+            })?;
         let pid = util::child_pid(&child);
         let stdout = child.stdout.take().map(|s| capture(Stream::Out(s)));
         let stderr = child.stderr.take().map(|s| capture(Stream::Err(s)));
@@ -154,13 +195,15 @@ impl Sbx<'_> {
         let stdout = stdout.and_then(|h| h.join().ok()).unwrap_or_default();
         let stderr = stderr.and_then(|h| h.join().ok()).unwrap_or_default();
         if timed_out {
-            return Err(format!(
-                "{} did not finish within {} s and was killed",
-                what(),
-                SBX_TIMEOUT.as_secs()
-            ));
+            return Err(SbxError::TimedOut {
+                command: what(),
+                secs: SBX_TIMEOUT.as_secs(),
+            });
         }
-        let status = status.map_err(|e| format!("waiting for {}: {e}", what()))?;
+        let status = status.map_err(|source| SbxError::Wait {
+            command: what(),
+            source,
+        })?;
         Ok(Ran {
             code: status.code(),
             stdout,
@@ -241,7 +284,7 @@ esac"#,
         sbx.add("s", "cmd", &["x".into(), "y".into()]).unwrap();
         assert!(sbx.add("s", "cmd", &["z".into()]).is_err());
         let err = sbx.load("s", "dev").unwrap_err();
-        assert_eq!(err, "sbx mcp load exited with 1: sbx: broken");
+        assert_eq!(err.to_string(), "sbx mcp load exited with 1: sbx: broken");
     }
 
     #[test]

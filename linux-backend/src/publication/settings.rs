@@ -1,10 +1,11 @@
 //! Where a publisher finds its control directory, the `sbx` it drives, and the
-//! `marsh-mcp`/`marsh` a registration names. Problems are kept as text and reported
-//! as a rejection when a transaction needs the setting, so that nothing else (a
-//! daemon boot, a `-c` run) ever fails because of them.
+//! `marsh-mcp`/`marsh` a registration names. Problems are kept (as [`SettingError`])
+//! and reported as a rejection when a transaction needs the setting, so that nothing
+//! else (a daemon boot, a `-c` run) ever fails because of them.
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::home;
 
@@ -17,15 +18,43 @@ pub const SBX_STATE_VAR: &str = "SBX_SHIM_STATE";
 /// Variables an sbx invocation gets (when set); nothing else.
 const SBX_ENV: [&str; 6] = ["PATH", "HOME", "USER", "LOGNAME", "LANG", SBX_STATE_VAR];
 
+/// Why a setting is unusable. Cloneable (sources behind `Arc`): a [`Settings`] is
+/// resolved once and each transaction reports the same problem.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SettingError {
+    #[error("the daemon's {SBX_VAR} ({}) is not an absolute path outside /proc", .0.display())]
+    DaemonSbxNotAbsolute(PathBuf),
+    #[error(
+        "the daemon knows no sbx: the marsh that booted it could not resolve {SBX_VAR} or find sbx beside itself; run `marsh stop` and retry"
+    )]
+    DaemonSbxUnknown,
+    #[error("{SBX_VAR} ({}) is not an absolute path", .0.display())]
+    SbxNotAbsolute(PathBuf),
+    #[error("cannot resolve the sbx {}: {source}", .path.display())]
+    SbxUnresolvable {
+        path: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error("the sbx {} is not a file", .0.display())]
+    SbxNotAFile(PathBuf),
+    #[error("cannot locate this executable: {0}")]
+    NoExecutable(#[source] Arc<std::io::Error>),
+    #[error("this executable has no directory")]
+    NoExecutableDirectory,
+    #[error("{0}")]
+    NoPasswdHome(#[source] Arc<crate::error::Error>),
+}
+
 /// What a publisher needs from its process's environment and installation.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// The control home before canonicalization (`$MARSH_CONTROL_HOME` or the default).
-    pub control_base: Result<PathBuf, String>,
+    pub control_base: Result<PathBuf, SettingError>,
     /// The canonical sbx to run and to name in registrations.
-    pub sbx: Result<PathBuf, String>,
+    pub sbx: Result<PathBuf, SettingError>,
     /// The canonical directory holding `marsh-mcp` and `marsh`.
-    pub programs: Result<PathBuf, String>,
+    pub programs: Result<PathBuf, SettingError>,
     /// The complete environment of every sbx run.
     pub sbx_env: Vec<(OsString, OsString)>,
 }
@@ -54,13 +83,8 @@ impl Settings {
             {
                 Ok(PathBuf::from(path))
             }
-            Some(path) => Err(format!(
-                "the daemon's {SBX_VAR} ({}) is not an absolute path outside /proc",
-                Path::new(&path).display()
-            )),
-            None => Err(format!(
-                "the daemon knows no sbx: the marsh that booted it could not resolve {SBX_VAR} or find sbx beside itself; run `marsh stop` and retry"
-            )),
+            Some(path) => Err(SettingError::DaemonSbxNotAbsolute(PathBuf::from(path))),
+            None => Err(SettingError::DaemonSbxUnknown),
         };
         Self {
             control_base: control_base(var(CONTROL_HOME_VAR).as_deref()),
@@ -73,45 +97,47 @@ impl Settings {
 
 /// `$MARSH_CONTROL_HOME` when set, non-empty and absolute; else
 /// `<passwd home>/.local/state/marsh-control` (never `$HOME`).
-pub fn control_base(value: Option<&OsStr>) -> Result<PathBuf, String> {
+pub fn control_base(value: Option<&OsStr>) -> Result<PathBuf, SettingError> {
     match value {
         Some(v) if !v.is_empty() && Path::new(v).is_absolute() => Ok(PathBuf::from(v)),
         _ => home::passwd_home()
             .map(|h| h.join(".local/state/marsh-control"))
-            .map_err(|e| e.to_string()),
+            .map_err(|e| SettingError::NoPasswdHome(Arc::new(e))),
     }
 }
 
 /// The sbx a `marsh` drives and hands to its daemon: `MARSH_SBX` (marsh-mcp passes
 /// `/proc/self/fd/N`, a descriptor only this process holds, so it is resolved to the
 /// file's path here), else `sbx` beside this executable; canonical either way.
-pub fn resolve_sbx(value: Option<&OsStr>) -> Result<PathBuf, String> {
+pub fn resolve_sbx(value: Option<&OsStr>) -> Result<PathBuf, SettingError> {
     let path = match value.filter(|v| !v.is_empty()) {
         Some(v) if Path::new(v).is_absolute() => PathBuf::from(v),
-        Some(v) => {
-            return Err(format!(
-                "{SBX_VAR} ({}) is not an absolute path",
-                Path::new(v).display()
-            ));
-        }
+        Some(v) => return Err(SettingError::SbxNotAbsolute(PathBuf::from(v))),
         None => own_directory()?.join("sbx"),
     };
-    let canonical = std::fs::canonicalize(&path)
-        .map_err(|e| format!("cannot resolve the sbx {}: {e}", path.display()))?;
+    let canonical = match std::fs::canonicalize(&path) {
+        Ok(canonical) => canonical,
+        Err(source) => {
+            return Err(SettingError::SbxUnresolvable {
+                path,
+                source: Arc::new(source),
+            });
+        }
+    };
     if !canonical.is_file() {
-        return Err(format!("the sbx {} is not a file", canonical.display()));
+        return Err(SettingError::SbxNotAFile(canonical));
     }
     Ok(canonical)
 }
 
 /// The canonical directory of this process's executable.
-fn own_directory() -> Result<PathBuf, String> {
+fn own_directory() -> Result<PathBuf, SettingError> {
     let exe = std::env::current_exe()
         .and_then(std::fs::canonicalize)
-        .map_err(|e| format!("cannot locate this executable: {e}"))?;
+        .map_err(|e| SettingError::NoExecutable(Arc::new(e)))?;
     exe.parent()
         .map(Path::to_path_buf)
-        .ok_or_else(|| "this executable has no directory".to_string())
+        .ok_or(SettingError::NoExecutableDirectory)
 }
 
 fn sbx_env(var: &dyn Fn(&str) -> Option<OsString>) -> Vec<(OsString, OsString)> {

@@ -51,7 +51,7 @@ impl Publisher {
     pub fn execute(&self, request: &PublicationRequest) -> PublicationAnswer {
         let name = request.tool_name();
         if let Err(problem) = request.validate() {
-            return PublicationAnswer::rejected(Some(name), problem, true);
+            return PublicationAnswer::rejected(Some(name), problem.to_string(), true);
         }
         let mut known = Known::default();
         let outcome = match request {
@@ -121,7 +121,7 @@ impl Publisher {
         match self.readable_declaration(&path, name)? {
             Some(found) => self.owned(&found, identity)?,
             // A new name: the control directory and the sbx state hold a bounded set.
-            None if control.declaration_count().map_err(TxError::Rejected)? >= MAX_PUBLICATIONS => {
+            None if control.declaration_count()? >= MAX_PUBLICATIONS => {
                 return Err(TxError::Rejected(format!(
                     "{MAX_PUBLICATIONS} tools are published already; unpublish one first"
                 )));
@@ -148,13 +148,14 @@ impl Publisher {
             &declaration,
         )?;
         known.generation = Some(generation);
-        let uncertain = |what: &str, e: String| TxError::Uncertain(format!("{what}: {e}"));
+        let uncertain =
+            |what: &str, e: &dyn std::fmt::Display| TxError::Uncertain(format!("{what}: {e}"));
         if existed {
             sbx.remove(&server)
-                .map_err(|e| uncertain("removing the previous registration", e))?;
+                .map_err(|e| uncertain("removing the previous registration", &e))?;
         }
         sbx.add(&server, &programs.marsh_mcp, &args)
-            .map_err(|e| uncertain("registering the server", e))?;
+            .map_err(|e| uncertain("registering the server", &e))?;
         let expected = expected_registration(&programs, args);
         match sbx.inspect(&server) {
             Ok(Some(found)) if found == expected => {}
@@ -168,13 +169,13 @@ impl Publisher {
                     "the registration is missing when read back".into(),
                 ));
             }
-            Err(e) => return Err(uncertain("reading the registration back", e)),
+            Err(e) => return Err(uncertain("reading the registration back", &e)),
         }
         if let Some(sandbox) = sandbox {
             sbx.load(&server, sandbox).map_err(|e| {
                 uncertain(
                     &format!("published, but loading into sandbox {sandbox} failed"),
-                    e,
+                    &e,
                 )
             })?;
             known.sandbox = Some(sandbox.to_string());
@@ -209,18 +210,18 @@ impl Publisher {
         }
 
         control.mark_revocation(name)?;
-        let uncertain = |what: &str, e: String| {
+        let uncertain = |what: &str, e: &dyn std::fmt::Display| {
             TxError::Uncertain(format!(
                 "{what}: {e}; the revocation stays pending (run unpublish again)"
             ))
         };
         if ours {
             sbx.remove(&server)
-                .map_err(|e| uncertain("removing the registration", e))?;
+                .map_err(|e| uncertain("removing the registration", &e))?;
         }
         control
             .remove_declaration(name)
-            .map_err(|e| uncertain("removing the declaration", e))?;
+            .map_err(|e| uncertain("removing the declaration", &e))?;
         control
             .clear_revocation(name)
             .map_err(|e| TxError::Uncertain(format!("unpublished, but {e}")))
@@ -317,7 +318,7 @@ impl Publisher {
             .settings
             .control_base
             .clone()
-            .map_err(TxError::Rejected)?;
+            .map_err(|e| TxError::Rejected(e.to_string()))?;
         control::open(&base, &self.home, &self.workspace)
     }
 
@@ -348,7 +349,11 @@ impl Publisher {
     /// one is not a trusted executable there ([`trust`]).
     fn programs(&self) -> Result<Programs, TxError> {
         let sbx = self.trusted_sbx()?;
-        let dir = self.settings.programs.clone().map_err(TxError::Rejected)?;
+        let dir = self
+            .settings
+            .programs
+            .clone()
+            .map_err(|e| TxError::Rejected(e.to_string()))?;
         let program = |name: &str| {
             let path = dir.join(name);
             self.trusted(name, &path)?;
@@ -362,7 +367,11 @@ impl Publisher {
     }
 
     fn trusted_sbx(&self) -> Result<PathBuf, TxError> {
-        let sbx = self.settings.sbx.clone().map_err(TxError::Rejected)?;
+        let sbx = self
+            .settings
+            .sbx
+            .clone()
+            .map_err(|e| TxError::Rejected(e.to_string()))?;
         self.trusted("sbx", &sbx)?;
         Ok(sbx)
     }
