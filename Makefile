@@ -68,10 +68,12 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --workspace --bins -- -D warnings
 
-## test: lint, unit tests and the black-box suites (they need the built binaries)
+## test: lint, unit tests, the black-box suites (they need the built binaries), and a
+## check that every test contract/CONTRACT.md names exists
 test: lint build-debug py-client npm-clients
 	$(CARGO) test --workspace --no-fail-fast
 	if [ "$$(id -u)" = 0 ]; then $(CARGO) test -p marsh-scope-registry --lib -- --ignored; fi
+	python3 tests/contract_names.py $(CARGO)
 
 $(PY_VENV)/bin/python:
 	python3 -m venv $(PY_VENV)

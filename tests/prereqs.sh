@@ -1,5 +1,5 @@
 #!/bin/sh
-# First run (issue 13): what `make demo` and `make test` need from the system, checked
+# First run: what `make demo` and `make test` need from the system, checked
 # before anything is built.
 #   bubblewrap       the stand-in project shell runs every command under bwrap
 #   python3-venv     python3 with venv and ensurepip (Debian ships them apart) for the

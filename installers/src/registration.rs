@@ -124,7 +124,7 @@ pub(crate) fn safe(what: &'static str, path: &Path) -> Result<String, InstallErr
 }
 
 /// The private scope root a client's registration of the workspace with hash
-/// `workspace_hash` uses (DESIGN §4). Export mode refuses a home inside one of them.
+/// `workspace_hash` uses (docs/scopes.md). Export mode refuses a home inside one of them.
 pub fn generated_root(
     client: Client,
     env: &Environment,

@@ -2,7 +2,7 @@
 //! `ls`, `inspect`, `load`, `unload`) plus the test-only `gateway-exec`, over the
 //! state file of [`super::state`]. A load snapshots the registration into the sandbox:
 //! `gateway-exec` launches that snapshot, so removing or replacing the registration
-//! changes future loads only. The contract is README.md, section `sbx`.
+//! changes future loads only. The contract is docs/sbx-stand-in.md.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

@@ -26,7 +26,7 @@ pub use schemas::OutputSchemas;
 
 pub const PROTOCOL_VERSION: &str = "2025-06-18";
 
-/// Exactly the 22 tools of DESIGN §6, in catalog order.
+/// Exactly the 22 tools of the catalog (docs/tools.md), in catalog order.
 pub const TOOLS: [&str; 22] = [
     "doctor",
     "status",
@@ -52,6 +52,25 @@ pub const TOOLS: [&str; 22] = [
     "qualify",
 ];
 const REPLY_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// True (and a line on stderr saying why the test is skipped) when this process is
+/// not root: the caller needs a privilege only root has (another uid, a mount, a
+/// file owned by someone else). `make test` runs as root in CI, where they all run.
+pub fn skip_unless_root(needs: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return false;
+    }
+    eprintln!("skipped: needs root ({needs})");
+    true
+}
+
+/// The passwd name of the effective uid (what marsh-mcp gives its children as `USER`).
+pub fn passwd_user() -> String {
+    nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .expect("passwd lookup")
+        .expect("a passwd entry for the effective uid")
+        .name
+}
 
 /// `target/debug` (or whichever profile built this test).
 pub fn target_dir() -> PathBuf {
@@ -468,6 +487,12 @@ impl Server {
 
     pub fn notify(&mut self, method: &str, params: Value) {
         self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    /// Closes the server's stdin (MCP's stdio shutdown begins) without waiting; replies
+    /// can still be read.
+    pub fn close_input(&mut self) {
+        drop(self.stdin.take());
     }
 
     /// The next message from the server, whatever it is.

@@ -2,7 +2,7 @@
 //! must be files no job could have written: a job of the project shell can ask for a
 //! publication at any time, and the daemon then runs sbx on the host, unsandboxed.
 //!
-//! The rules are DESIGN §5's pin rules: a regular executable file owned by root or the
+//! The rules are the server's pin rules (docs/security.md): a regular executable file owned by root or the
 //! effective uid, writable by no one else, outside the workspace and the home, below
 //! ancestors that are each owned by root or the effective uid and writable by no one
 //! else (a sticky directory such as `/tmp` excepted). Checked before every use; a file

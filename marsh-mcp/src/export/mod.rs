@@ -1,5 +1,5 @@
 //! Export mode (`export-serve`, or `serve --declaration`): one published tool from a
-//! declaration, none of the development tools. See README "Publishing a command".
+//! declaration, none of the development tools. See docs/publishing.md.
 //!
 //! Rejected alternative: serving the tool through the development server's catalog
 //! with the other tools hidden. Export mode has different startup rules, different

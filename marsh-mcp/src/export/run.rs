@@ -173,7 +173,7 @@ async fn confirmed_receipt(driver: &MarshDriver, home: &Path, id: String) -> Opt
     .then_some(id)
 }
 
-/// marsh's own spawn-blocked diagnostic is its last stderr line (README of the stand-in).
+/// marsh's own spawn-blocked diagnostic is its last stderr line (docs/linux-backend.md).
 fn marsh_refused(stderr: &[u8]) -> bool {
     String::from_utf8_lossy(stderr)
         .trim_end()

@@ -6,7 +6,7 @@
 //!
 //! Field docs here are for readers of the code: the published schemas drop them (every
 //! byte of `tools/list` is read by the model each session; names say what a field is,
-//! and README documents the shapes). A field documented as "always present, null when
+//! and docs/tools.md documents the shapes). A field documented as "always present, null when
 //! …" is serialized as `null`, never omitted. Only `skip_serializing_if` fields and
 //! flattened `Option`s (a pending receipt read's answer, the report of a `scope_stop`
 //! that ran nothing) may be absent.

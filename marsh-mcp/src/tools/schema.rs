@@ -75,7 +75,7 @@ fn strict_data_schema<T: JsonSchema>() -> Value {
 
 /// The envelope around a `data` schema. `error` is named field by field only by its
 /// `required` list: the same three fields in every tool, so their types (string,
-/// string, boolean) are left to README rather than repeated 22 times.
+/// string, boolean) are left to docs/tools.md rather than repeated 22 times.
 fn envelope(data: Value) -> Arc<JsonObject> {
     let envelope = json!({
         "type": "object",
@@ -396,7 +396,7 @@ mod tests {
 
     /// The top-level `data` fields of every result type, as clients see them: a field
     /// renamed, dropped or added changes the wire format, so it must change here too
-    /// (and in README), on purpose. The harness cannot notice a dropped field (the
+    /// (and in docs/tools.md), on purpose. The harness cannot notice a dropped field (the
     /// published schemas require nothing).
     #[test]
     fn the_wire_fields_of_every_result_type_are_the_documented_ones() {

@@ -1,4 +1,4 @@
-//! Operator ergonomics (issue 13): the sbx default ($MARSH_SBX, then PATH), relative
+//! Operator ergonomics: the sbx default ($MARSH_SBX, then PATH), relative
 //! paths resolved before a broker is spawned, `serve --help`, and the `doctor`
 //! command line.
 

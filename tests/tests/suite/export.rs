@@ -402,7 +402,7 @@ fn every_startup_rule_refuses_before_the_first_byte() {
     refused(&broker, "--declaration is accepted only by serve");
 }
 
-/// The README's command-mode example, on a kit that echoes its argv and stdin.
+/// docs/publishing.md's command-mode example, on a kit that echoes its argv and stdin.
 fn command_declaration(sb: &Sandbox) -> Value {
     let mut decl = pipeline_declaration(sb, "lint", "unused");
     let object = decl.as_object_mut().unwrap();

@@ -1,4 +1,4 @@
-//! First run (issue 13): `make demo` and `make test` check for bubblewrap, python3 with
+//! First run: `make demo` and `make test` check for bubblewrap, python3 with
 //! venv and (test) npm before building anything; as root the missing packages are
 //! installed with apt-get, otherwise make stops with the command to run. The system is
 //! stubbed: `id`, `python3`, `npm`, `apt-get` and `cargo` are scripts on a private
@@ -319,28 +319,12 @@ fn elf_sections(bytes: &[u8]) -> Vec<String> {
         .collect()
 }
 
+/// A release `marsh-mcp` (`make build`, `make install`): under 15 MB, no DWARF, symbols
+/// kept for backtraces. Judged on the binary itself, never on the build files' text;
+/// skipped (with a line saying so) when no release build is newer than the sources'
+/// manifest.
 #[test]
-fn release_binaries_ship_without_debug_info_and_a_debuginfo_profile_stays_available() {
-    let cargo = fs::read_to_string(repo().join("Cargo.toml")).unwrap();
-    let release = cargo.split("[profile.release]\n").nth(1).unwrap();
-    let release = &release[..release.find("\n[").unwrap_or(release.len())];
-    assert!(release.contains("debug = false\n"), "{release}");
-    assert!(release.contains("strip = \"debuginfo\"\n"), "{release}");
-    let debuginfo = cargo.split("[profile.release-debug]\n").nth(1).unwrap();
-    assert!(
-        debuginfo.starts_with("inherits = \"release\"\n"),
-        "{debuginfo}"
-    );
-    assert!(
-        debuginfo.contains("debug = \"line-tables-only\""),
-        "{debuginfo}"
-    );
-    let makefile = fs::read_to_string(repo().join("Makefile")).unwrap();
-    assert!(
-        makefile.contains("build-debuginfo:\n\t$(CARGO) build --profile release-debug"),
-        "no build-debuginfo recipe"
-    );
-
+fn release_binaries_ship_without_debug_info_but_with_symbols() {
     // A release marsh-mcp built since the profile was last changed (`make build`): under
     // 15 MB, no DWARF, symbols kept for backtraces.
     let exe = repo().join("target/release/marsh-mcp");
@@ -350,7 +334,11 @@ fn release_binaries_ship_without_debug_info_and_a_debuginfo_profile_stays_availa
         };
         exe.modified().unwrap() > toml.modified().unwrap()
     };
-    if built_after(&exe) {
+    if !built_after(&exe) {
+        eprintln!("skipped: no release build newer than Cargo.toml (run `make build`)");
+        return;
+    }
+    {
         let bytes = fs::read(&exe).unwrap();
         assert!(bytes.len() < 15 << 20, "marsh-mcp is {} bytes", bytes.len());
         let sections = elf_sections(&bytes);

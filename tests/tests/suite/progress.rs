@@ -1,6 +1,6 @@
 //! `notifications/progress` while a call waits: only with a `progressToken`, at least
 //! once a second, increasing, with elapsed time and output bytes, and none after the
-//! call answers (issue 13, item 3).
+//! call answers.
 
 use std::fs;
 use std::time::{Duration, Instant};

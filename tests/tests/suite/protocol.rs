@@ -412,3 +412,46 @@ fn instructions_and_run_descriptions_name_the_workspace_directory() {
     }
     s.close();
 }
+
+#[test]
+fn requests_already_read_are_answered_after_stdin_ends() {
+    let sb = Sandbox::new();
+    let mut s = raw_server(&sb);
+    s.initialize();
+    // Three requests in one write, then EOF: each is answered before the server exits.
+    let mut batch = Vec::new();
+    for (id, method, params) in [
+        (101, "tools/list", json!({})),
+        (
+            102,
+            "tools/call",
+            json!({"name": "status", "arguments": {}}),
+        ),
+        (
+            103,
+            "tools/call",
+            json!({"name": "shell_run", "arguments": {"command": "echo drained"}}),
+        ),
+    ] {
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        batch.extend_from_slice(line.to_string().as_bytes());
+        batch.push(b'\n');
+    }
+    s.send_raw(&batch);
+    s.close_input();
+    // Replies come in any order; read them all until the server closes stdout.
+    let mut replies = std::collections::HashMap::new();
+    while let Some(msg) = s.recv(Duration::from_secs(60)) {
+        if let Some(id) = msg.get("id").and_then(Value::as_u64) {
+            replies.insert(id, msg);
+        }
+    }
+    assert!(replies[&101]["result"]["tools"].is_array(), "{replies:?}");
+    assert_eq!(replies[&102]["result"]["structuredContent"]["ok"], true);
+    assert_eq!(
+        replies[&103]["result"]["structuredContent"]["data"]["stdout_text"], "drained\n",
+        "{:?}",
+        replies[&103]
+    );
+    assert!(s.close().success());
+}

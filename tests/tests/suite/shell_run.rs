@@ -96,8 +96,8 @@ fn hostile_inherited_environment_does_not_reach_marsh_or_the_job() {
         "{sbx} {marshd_fd}"
     );
     assert_eq!(env["PATH"], "/usr/local/bin:/usr/bin:/bin");
-    assert_eq!(env["USER"], "root");
-    assert_eq!(env["LOGNAME"], "root");
+    assert_eq!(env["USER"], marsh_tests::passwd_user().as_str());
+    assert_eq!(env["LOGNAME"], marsh_tests::passwd_user().as_str());
     for name in ["MARSHD_TOKEN", "MARSH_DAEMON_SOCKET", "LD_PRELOAD"] {
         assert!(!env.contains_key(name), "marsh received {name}");
     }
