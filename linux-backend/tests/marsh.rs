@@ -5,6 +5,7 @@
 mod common;
 
 use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{Env, code, shipped_bin, stderr, stdout};
@@ -539,6 +540,61 @@ fn the_shipped_build_honours_no_test_hooks() {
         }
     }
     assert!(files > 0, "the run left its receipt and daemon files");
+}
+
+/// A server that is not root gets a working project shell whose jobs see a covered
+/// `/proc`. For such a server bubblewrap nests the sandbox's user namespace, so covers
+/// bubblewrap put on the shell's `/proc` would be locked and each container's own
+/// `/proc` mount refused (every run `backend_failed`). Run as root, the test drops to
+/// `nobody` with setpriv; as any other user every test here already runs that way.
+#[test]
+fn a_server_that_is_not_root_runs_jobs_under_a_covered_proc() {
+    use std::os::unix::fs::{PermissionsExt, chown};
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root (to run the stand-in as nobody)");
+        return;
+    }
+    let mut env = Env::new();
+    const NOBODY: u32 = 65534;
+    let bin = env.dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for name in ["marsh", "marshd"] {
+        let target = bin.join(name);
+        std::fs::copy(Path::new(common::MARSH).with_file_name(name), &target).unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let user_config = env.user_home.join(".config/marsh-shim");
+    for path in [
+        env.dir.path(),
+        &env.ws,
+        &env.user_home,
+        &env.user_home.join(".config"),
+        &user_config,
+        &user_config.join("backend.json"),
+    ] {
+        chown(path, Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    env.marsh = PathBuf::from("setpriv");
+    let marsh = bin.join("marsh");
+    let out = env
+        .cmd_with(
+            "setpriv",
+            &[
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                marsh.to_str().unwrap(),
+                "-c",
+                "id -u; (echo x > /proc/sys/kernel/core_pattern) 2>&1; echo done",
+            ],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.starts_with("65534\n"), "{text}");
+    assert!(text.contains("Read-only file system"), "{text}");
+    assert!(text.ends_with("done\n"), "{text}");
 }
 
 #[test]

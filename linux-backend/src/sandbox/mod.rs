@@ -11,9 +11,10 @@
 //!   [`crate::seccomp`];
 //! - the workspace is the only writable host directory; the system directories and the
 //!   sandbox root are read-only; `/tmp`, `/run` and the job's home are private tmpfs;
-//!   `/proc/sys`, `/proc/sysrq-trigger`, `/proc/irq`, `/proc/bus`, `/proc/fs` are
-//!   read-only and kernel-revealing `/proc` files are masked; `/sys` is absent; what
-//!   others cannot read in `/etc` is covered ([`hidden`]);
+//!   in every job's `/proc`, `/proc/sys`, `/proc/sysrq-trigger`, `/proc/irq`,
+//!   `/proc/bus`, `/proc/fs` are read-only and kernel-revealing files are masked (by
+//!   bubblewrap for a kit container, by each job container's init in the shell); `/sys`
+//!   is absent; what others cannot read in `/etc` is covered ([`hidden`]);
 //! - an own network namespace with loopback only, unless the backend setting says host;
 //! - nothing else of the host (no marsh home, scope root, token or daemon socket).
 
@@ -251,28 +252,16 @@ fn bwrap_args(
         }
     }
     push(&["--proc".as_ref(), "/proc".as_ref()]);
-    // bubblewrap's own cover of /proc/sys depends on what it can write at setup; bind
-    // it read-only here whatever happened (the source is the host's /proc, the same
-    // kernel tables, read-only).
-    for name in PROC_READ_ONLY {
-        let path = format!("/proc/{name}");
-        push(&["--ro-bind-try".as_ref(), path.as_ref(), path.as_ref()]);
-    }
-    for name in PROC_MASKED_FILES {
-        let path = format!("/proc/{name}");
-        if Path::new(&path).exists() {
-            push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), path.as_ref()]);
-        }
-    }
-    for name in PROC_MASKED_DIRS {
-        let path = format!("/proc/{name}");
-        if Path::new(&path).is_dir() {
-            push(&[
-                "--tmpfs".as_ref(),
-                path.as_ref(),
-                "--remount-ro".as_ref(),
-                path.as_ref(),
-            ]);
+    // The project shell's /proc stays uncovered here: each job's container mounts a
+    // /proc of its own and covers it the same way before the job exists
+    // (`agent::init`); only the agent, never a job, sees this one. Covering it here
+    // would make those mounts fail for a server that is not root: bubblewrap then runs
+    // the sandbox in a user namespace nested in the one that made the covers, so they
+    // are locked, and the kernel refuses a new /proc instance while an existing one is
+    // partly hidden by locked mounts (EPERM).
+    if layout.role == Role::Kit {
+        for arg in proc_cover() {
+            push(&[arg.as_os_str()]);
         }
     }
     push(&[
@@ -364,6 +353,48 @@ pub fn env_home(env: &[(OsString, OsString)]) -> Option<PathBuf> {
     env.iter()
         .find(|(k, _)| k == "HOME")
         .map(|(_, v)| PathBuf::from(v))
+}
+
+/// bubblewrap arguments covering `/proc` (the kit containers'; the shell's containers
+/// cover their own): `/proc/sys` and friends bound read-only whatever bubblewrap could
+/// write at setup (the source is the host's /proc, the same kernel tables, read-only),
+/// kernel-revealing files and directories masked.
+fn proc_cover() -> Vec<OsString> {
+    let mut out: Vec<OsString> = Vec::new();
+    let push = |out: &mut Vec<OsString>, items: &[&OsStr]| {
+        out.extend(items.iter().map(|s| s.to_os_string()));
+    };
+    for name in PROC_READ_ONLY {
+        let path = format!("/proc/{name}");
+        push(
+            &mut out,
+            &["--ro-bind-try".as_ref(), path.as_ref(), path.as_ref()],
+        );
+    }
+    for name in PROC_MASKED_FILES {
+        let path = format!("/proc/{name}");
+        if Path::new(&path).exists() {
+            push(
+                &mut out,
+                &["--ro-bind".as_ref(), "/dev/null".as_ref(), path.as_ref()],
+            );
+        }
+    }
+    for name in PROC_MASKED_DIRS {
+        let path = format!("/proc/{name}");
+        if Path::new(&path).is_dir() {
+            push(
+                &mut out,
+                &[
+                    "--tmpfs".as_ref(),
+                    path.as_ref(),
+                    "--remount-ro".as_ref(),
+                    path.as_ref(),
+                ],
+            );
+        }
+    }
+    out
 }
 
 #[cfg(test)]
