@@ -117,7 +117,7 @@ fn setuid_setgid_bits_and_file_capabilities_are_refused() {
          chmod g+s ./t 2>/dev/null && echo G+S; \
          chmod 4755 ./t 2>/dev/null && echo 4755; \
          install -m 4755 /bin/true ./i 2>/dev/null && echo INSTALL; \
-         if [ -u /usr/bin/passwd ]; then cp -p /usr/bin/passwd ./p 2>/dev/null && echo CP-P; fi; \
+         if [ -u /usr/bin/passwd ]; then cp -p /usr/bin/passwd ./p 2>/dev/null; [ -u ./p ] && echo CP-P; fi; \
          mkdir -m 2755 ./d 2>/dev/null && echo MKDIR; \
          python3 -c 'import os; os.close(os.open(\"o\", os.O_CREAT|os.O_WRONLY, 0o6755))' 2>/dev/null && echo OPEN; \
          python3 -c 'import os; os.mknod(\"n\", 0o4644)' 2>/dev/null && echo MKNOD; \
