@@ -654,6 +654,40 @@ fn a_busy_control_lock_is_refused() {
     committed(&p.shell_mcp(&["load", "hello", "--sandbox", "dev"]));
 }
 
+/// Unpublish marks the revocation before it waits for the lock: held by a slow
+/// transaction, the unpublish answers busy (uncertain: the marker is an effect) and
+/// leaves the marker, a load after it is refused, and the retried unpublish commits.
+#[test]
+fn unpublish_marks_the_revocation_before_waiting_for_the_lock() {
+    let p = Pub::new();
+    committed(&p.shell_mcp(&["publish", "hello", "--", "cat"]));
+    let marker = p.published().join("hello.revoking");
+    let lock = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(p.control.join("mcp/publication.lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    let busy = answer(&p.host_mcp(&["unpublish", "hello"]));
+    assert_eq!(busy["result"], "uncertain", "{busy}");
+    let reason = busy["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("busy: another publication transaction is running")
+            && reason.contains("run `mcp unpublish hello` again"),
+        "{reason}"
+    );
+    assert!(marker.exists(), "the marker was written before the wait");
+    drop(lock);
+    rejected(
+        &p.host_mcp(&["load", "hello", "--sandbox", "dev"]),
+        1,
+        "pending",
+    );
+    committed(&p.host_mcp(&["unpublish", "hello"]));
+    assert!(!marker.exists());
+    assert_eq!(p.inspect("marsh-pub-hello"), None);
+}
+
 #[test]
 fn kit_jobs_have_no_publication_authority() {
     let p = Pub::new();

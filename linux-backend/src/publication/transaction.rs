@@ -187,8 +187,29 @@ impl Publisher {
         let server = server_for_tool(name);
         let sbx_path = self.trusted_sbx()?;
         let control = self.control()?;
-        let _lock = control.lock()?;
         let path = control.declaration_path(name);
+        // Marked before waiting for the lock: a load or republish holding it, or taking
+        // it first, finds the marker when it looks and is refused, and a wait that
+        // times out leaves the marker for the retried unpublish. Only this publisher's
+        // own declaration is marked (read without the lock: it is replaced by rename,
+        // so it is whole), so no workspace can block another's name.
+        let marked = match declaration::read(&path, name) {
+            Ok(Some(found))
+                if found
+                    .check_owner(&self.workspace, self.identity()?, &self.home)
+                    .is_ok() =>
+            {
+                control.mark_revocation(name)?;
+                true
+            }
+            _ => false,
+        };
+        let _lock = control.lock().map_err(|e| match e {
+            TxError::Rejected(reason) if marked => TxError::Uncertain(format!(
+                "{reason}; the revocation of {name} is pending (loads and republishes are refused until it finishes): run `mcp unpublish {name}` again"
+            )),
+            other => other,
+        })?;
         let declared = self.readable_declaration(&path, name)?;
         if let Some(found) = &declared {
             self.owned(found, self.identity()?)?;

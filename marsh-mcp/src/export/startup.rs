@@ -19,6 +19,11 @@ pub enum ExportStartupError {
     FullSbxControl,
     #[error("--home is required in export mode: the publishing marsh home (e.g. ~/.marsh)")]
     HomeRequired,
+    #[error(
+        "{flag} {} is not an absolute path: export mode takes absolute paths only (a registration always passes them)",
+        .path.display()
+    )]
+    RelativePath { flag: &'static str, path: PathBuf },
     #[error("cannot resolve the home {path}: {source}")]
     Home {
         path: PathBuf,
@@ -99,6 +104,23 @@ pub fn prepare(
         return Err(ExportStartupError::FullSbxControl);
     }
     let requested_home = args.home.as_ref().ok_or(ExportStartupError::HomeRequired)?;
+    // A registration names every path absolutely; a relative one would be resolved
+    // against whatever cwd the client launched the server in.
+    let paths = [
+        ("--workspace", Some(&args.workspace)),
+        ("--home", Some(requested_home)),
+        ("--declaration", Some(&args.declaration)),
+        ("--marsh", args.marsh.as_ref()),
+        ("--sbx", args.sbx.as_ref()),
+    ];
+    for (flag, path) in paths {
+        if let Some(path) = path.filter(|p| !p.is_absolute()) {
+            return Err(ExportStartupError::RelativePath {
+                flag,
+                path: path.clone(),
+            });
+        }
+    }
     if let Some(g) = &args.expected_generation
         && !published::valid_generation(g)
     {

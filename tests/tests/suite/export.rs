@@ -299,6 +299,12 @@ fn every_startup_rule_refuses_before_the_first_byte() {
     };
 
     refused(&with("--home", None), "--home is required");
+    for flag in ["--workspace", "--home", "--declaration", "--marsh", "--sbx"] {
+        refused(
+            &with(flag, Some("relative/path")),
+            &format!("{flag} relative/path is not an absolute path"),
+        );
+    }
     refused(
         &with("--scope-root", Some("/tmp")),
         "--scope-root is refused",
