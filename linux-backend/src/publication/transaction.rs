@@ -106,6 +106,11 @@ impl Publisher {
                 "publication needs an attached project shell: run `mcp publish ...` inside `marsh -c` (shell_run)".into(),
             ));
         }
+        if is_development_scope_home(&self.home) {
+            return Err(TxError::Rejected(
+                "this project shell belongs to a development scope of marsh-mcp (its home sits in a scope root), and a published command must run in an ordinary marsh home: publish from a shell of `marsh-mcp serve --home H` or the legacy default (~/.marsh)".into(),
+            ));
+        }
         let name = declared.name;
         let server = server_for_tool(name);
         let programs = self.programs()?;
@@ -454,6 +459,15 @@ fn not_ours(server: &str) -> TxError {
     TxError::Rejected(format!(
         "the sbx server {server} exists and is not this publication's; it was left as it is (remove it with `sbx mcp rm` if it is stale)"
     ))
+}
+
+/// Whether `home` is a development scope's: a marsh-mcp scope root keeps its binding
+/// and registry side by side, and its scopes' homes directly inside it. `export-serve`
+/// refuses such a home, so a registration naming it could never be launched.
+fn is_development_scope_home(home: &Path) -> bool {
+    home.parent().is_some_and(|root| {
+        root.join("workspace.json").is_file() && root.join("scopes.json").is_file()
+    })
 }
 
 fn pending(name: &str) -> TxError {

@@ -322,3 +322,28 @@ fn a_name_stays_with_its_publisher_and_foreign_registrations_are_left_alone() {
     assert_eq!(answer["result"], "committed", "{answer}");
     dev_a.close();
 }
+
+#[test]
+fn publishing_from_a_development_scope_is_refused_before_any_effect() {
+    let w = World::new();
+    let env = w.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut s = Server::start(&w.sb, &w.sb.serve_root_args(&[]), &env);
+    let generated = s.start_scope();
+    for scope in ["default", generated.as_str()] {
+        let data = s.ok(
+            "scope_run",
+            json!({"scope_id": scope, "command": "mcp publish hello -- cat"}),
+        );
+        let line = data["stdout_text"].as_str().unwrap().trim();
+        let answer: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(answer["result"], "rejected_before_effect", "{answer}");
+        let reason = answer["reason"].as_str().unwrap();
+        assert!(
+            reason.contains("development scope") && reason.contains("serve --home"),
+            "{reason}"
+        );
+    }
+    assert!(!w.control.join("mcp/published/hello.json").exists());
+    assert!(!w.sbx_state.exists(), "sbx was never run");
+}
