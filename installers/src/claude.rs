@@ -36,7 +36,7 @@ fn claude(
     env: &Environment,
     args: Vec<String>,
 ) -> ClientCommand {
-    let mut vars = env.for_client(&["CLAUDE_CONFIG_DIR"]);
+    let mut vars = env.for_client(env.found_in("claude").as_deref(), &["CLAUDE_CONFIG_DIR"]);
     vars.extend(
         OFFLINE
             .iter()
@@ -310,6 +310,8 @@ mod tests {
             names,
             [
                 "PATH",
+                "USER",
+                "LOGNAME",
                 "HOME",
                 "DISABLE_AUTOUPDATER",
                 "DISABLE_TELEMETRY",

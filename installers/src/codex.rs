@@ -22,8 +22,8 @@ fn codex_binary(env: &Environment) -> Result<PathBuf, InstallError> {
 }
 
 fn codex(program: &Path, cwd: &Path, env: &Environment, args: &[&str]) -> ClientCommand {
-    ClientCommand::new(program, cwd, env.for_client(&["CODEX_HOME"]), CODEX_TIMEOUT)
-        .args(args.iter().copied())
+    let vars = env.for_client(env.found_in("codex").as_deref(), &["CODEX_HOME"]);
+    ClientCommand::new(program, cwd, vars, CODEX_TIMEOUT).args(args.iter().copied())
 }
 
 /// The entry `name` as `codex mcp get --json` shows it, or `None` when absent.
@@ -302,7 +302,24 @@ mod tests {
             assert_eq!(call.cwd, fx.workspace);
             assert_eq!(call.timeout, CODEX_TIMEOUT);
             let names: Vec<&str> = call.env.iter().map(|(k, _)| k.as_str()).collect();
-            assert_eq!(names, ["PATH", "HOME", "CODEX_HOME"], "no SECRET");
+            assert_eq!(
+                names,
+                ["PATH", "USER", "LOGNAME", "HOME", "CODEX_HOME"],
+                "no SECRET"
+            );
+            let var = |name: &str| call.env.iter().find(|(k, _)| k == name).unwrap().1.clone();
+            // The passwd identity, never the caller's; the fixed PATH after the
+            // directory codex was found in.
+            assert_ne!(var("USER"), "mallory");
+            assert_eq!(var("USER"), var("LOGNAME"));
+            assert_eq!(
+                var("PATH"),
+                format!(
+                    "{}:{}",
+                    fx.bin("codex").parent().unwrap().display(),
+                    crate::registration::CLIENT_PATH
+                )
+            );
         }
         let path = |p: std::path::PathBuf| p.display().to_string();
         let root = fx.root.join("codex/marsh/dev-mcp/codex");

@@ -224,10 +224,18 @@ fn install_checks_the_registration_adds_reads_back_and_then_changes_nothing() {
         let names: Vec<&str> = call.env.iter().map(|(k, _)| k.as_str()).collect();
         if call.program.ends_with("sbx") {
             assert_eq!(call.program, w.fx.bin("sbx"));
-            assert_eq!(names, ["PATH", "HOME", "MARSH_CONTROL_HOME"], "no SECRET");
+            assert_eq!(
+                names,
+                ["PATH", "USER", "LOGNAME", "HOME", "MARSH_CONTROL_HOME"],
+                "no SECRET"
+            );
         } else {
             assert_eq!(call.program, w.fx.bin("codex"));
-            assert_eq!(names, ["PATH", "HOME", "CODEX_HOME"], "no SECRET");
+            assert_eq!(
+                names,
+                ["PATH", "USER", "LOGNAME", "HOME", "CODEX_HOME"],
+                "no SECRET"
+            );
         }
     }
     let mut add = words(&["codex", "mcp", "add", SERVER, "--", &w.marsh_mcp()]);

@@ -73,23 +73,62 @@ impl Environment {
 
     /// `program` on `$PATH`, canonicalized.
     pub fn which(&self, program: &str) -> Option<PathBuf> {
+        self.found_in(program)
+            .and_then(|dir| std::fs::canonicalize(dir.join(program)).ok())
+    }
+
+    /// The `$PATH` directory `program` is found in (as written there, not resolved:
+    /// an npm client's link sits beside the `node` it runs with).
+    pub fn found_in(&self, program: &str) -> Option<PathBuf> {
         self.get("PATH")?
             .split(':')
             .filter(|d| d.starts_with('/'))
-            .map(|d| Path::new(d).join(program))
-            .find(|p| p.is_file())
-            .and_then(|p| std::fs::canonicalize(p).ok())
+            .map(PathBuf::from)
+            .find(|d| d.join(program).is_file())
     }
 
-    /// The explicit environment a client CLI gets: PATH and HOME, plus `extra` names
-    /// when set. Nothing else is inherited.
-    pub fn for_client(&self, extra: &[&str]) -> Vec<(String, String)> {
-        ["PATH", "HOME", "LANG", "TERM"]
-            .iter()
-            .chain(extra)
-            .filter_map(|k| self.get(k).map(|v| ((*k).to_string(), v.to_string())))
-            .collect()
+    /// The explicit environment a client CLI gets, built like the server's children's:
+    /// - `PATH` fixed ([`CLIENT_PATH`]), after `program_dir`, the directory the client
+    ///   was found in, so a `#!/usr/bin/env node` client finds the node installed
+    ///   beside it;
+    /// - `USER` and `LOGNAME` from the passwd entry of the effective uid (never the
+    ///   caller's);
+    /// - on purpose from the caller: `HOME` and the `extra` names (where each client
+    ///   keeps its configuration: `CODEX_HOME`, `CLAUDE_CONFIG_DIR`, the sbx state
+    ///   variables), and `LANG`, `TERM`; each only when set.
+    ///
+    /// Nothing else is inherited.
+    pub fn for_client(&self, program_dir: Option<&Path>, extra: &[&str]) -> Vec<(String, String)> {
+        let path = match program_dir.and_then(Path::to_str) {
+            Some(dir) if !CLIENT_PATH.split(':').any(|d| d == dir) => {
+                format!("{dir}:{CLIENT_PATH}")
+            }
+            _ => CLIENT_PATH.to_string(),
+        };
+        let mut vars = vec![("PATH".to_string(), path)];
+        if let Some(name) = passwd_name() {
+            vars.push(("USER".to_string(), name.clone()));
+            vars.push(("LOGNAME".to_string(), name));
+        }
+        vars.extend(
+            ["HOME", "LANG", "TERM"]
+                .iter()
+                .chain(extra)
+                .filter_map(|k| self.get(k).map(|v| ((*k).to_string(), v.to_string()))),
+        );
+        vars
     }
+}
+
+/// The system part of every client's `PATH`: the same as the server's children's.
+pub const CLIENT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// The passwd name of the effective uid, when it has one that is valid UTF-8.
+fn passwd_name() -> Option<String> {
+    nix::unistd::User::from_uid(nix::unistd::geteuid())
+        .ok()
+        .flatten()
+        .map(|user| user.name)
 }
 
 /// One client's registration of this workspace.

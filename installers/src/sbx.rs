@@ -25,7 +25,8 @@ const SBX_ENV: &[&str] = &[
 
 /// `sbx ARGS…` run from `cwd` with the sbx environment.
 fn sbx_at(sbx: &Path, cwd: &Path, env: &Environment, args: &[&str]) -> ClientCommand {
-    ClientCommand::new(sbx, cwd, env.for_client(SBX_ENV), SBX_TIMEOUT).args(args.iter().copied())
+    ClientCommand::new(sbx, cwd, env.for_client(sbx.parent(), SBX_ENV), SBX_TIMEOUT)
+        .args(args.iter().copied())
 }
 
 fn sbx_command(reg: &Registration, env: &Environment, args: &[&str]) -> ClientCommand {
@@ -109,7 +110,7 @@ fn broker_start(
     let command = ClientCommand::new(
         Path::new(&reg.marsh_mcp),
         Path::new(&reg.workspace),
-        env.for_client(SBX_ENV),
+        env.for_client(Path::new(&reg.marsh_mcp).parent(), SBX_ENV),
         SBX_TIMEOUT,
     )
     .args(reg.args("broker-start"));
@@ -330,7 +331,7 @@ mod tests {
         for call in &calls {
             assert_eq!(call.cwd, fx.workspace);
             let names: Vec<&str> = call.env.iter().map(|(k, _)| k.as_str()).collect();
-            assert_eq!(names, ["PATH", "HOME"], "no SECRET");
+            assert_eq!(names, ["PATH", "USER", "LOGNAME", "HOME"], "no SECRET");
         }
         let mut broker = vec!["marsh-mcp".to_string()];
         broker.extend(reg.args("broker-start"));

@@ -56,6 +56,8 @@ impl Fixture {
                 ("HOME", home.display().to_string()),
                 ("CODEX_HOME", root.join("codex").display().to_string()),
                 ("SECRET", "must-not-leak".into()),
+                ("USER", "mallory".into()),
+                ("LOGNAME", "mallory".into()),
             ]
             .map(|(k, v)| (k.into(), v.into())),
         );

@@ -284,3 +284,62 @@ fn a_missing_client_cli_says_what_to_install() {
         assert!(stderr.contains(hint), "{stderr}");
     }
 }
+
+/// The clients the installers run get the passwd identity and a fixed `PATH` (after the
+/// client's own directory), whatever the caller's environment says; the caller's other
+/// variables never reach them.
+#[test]
+fn installer_children_get_the_passwd_identity_and_a_fixed_path() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let bin = sb.state().join("fake-bin");
+    fs::create_dir_all(&bin).unwrap();
+    let dump = sb.state().join("codex-env");
+    let codex = bin.join("codex");
+    fs::write(
+        &codex,
+        format!("#!/bin/sh\nenv > '{}'\nexit 3\n", dump.display()),
+    )
+    .unwrap();
+    fs::set_permissions(&codex, fs::Permissions::from_mode(0o755)).unwrap();
+    let args: Vec<String> = ["install", "codex"].iter().map(|s| s.to_string()).collect();
+    let out = sb
+        .marsh_mcp(&args, &[])
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+        .env("USER", "mallory")
+        .env("LOGNAME", "mallory")
+        .env("DEPLOY_TOKEN", "must-not-leak")
+        .env("CODEX_HOME", sb.state().join("codex"))
+        .env("MARSH_SBX", sb.prefix.bin("sbx"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the fake codex fails the install"
+    );
+    let env = fs::read_to_string(&dump).unwrap_or_else(|e| {
+        panic!(
+            "codex did not run ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let var = |name: &str| {
+        env.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}=")))
+            .map(str::to_string)
+    };
+    let user = marsh_tests::passwd_user();
+    assert_eq!(var("USER").as_deref(), Some(user.as_str()), "{env}");
+    assert_eq!(var("LOGNAME").as_deref(), Some(user.as_str()), "{env}");
+    assert_eq!(
+        var("PATH"),
+        Some(format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display())),
+        "{env}"
+    );
+    assert_eq!(
+        var("CODEX_HOME"),
+        Some(sb.state().join("codex").display().to_string())
+    );
+    assert_eq!(var("DEPLOY_TOKEN"), None, "{env}");
+}
