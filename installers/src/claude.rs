@@ -146,8 +146,17 @@ impl ClientStore for Claude<'_> {
         difference(self.reg, found)
     }
 
+    /// An earlier entry of ours ([`Registration::is_own_earlier`]), otherwise exactly
+    /// as `claude mcp add` writes it.
     fn upgradable(&self, found: &Value) -> bool {
-        *found == entry(self.reg, self.reg.previous_client_args())
+        let written = |e: &Value| json!({"type": e["type"], "env": e["env"]});
+        let keys_ok = found.as_object().is_some_and(|o| {
+            o.keys()
+                .all(|k| ["type", "command", "args", "env"].contains(&k.as_str()))
+        });
+        keys_ok
+            && written(found) == written(&entry(self.reg, Vec::new()))
+            && self.reg.is_own_earlier(&found["command"], &found["args"])
     }
 
     fn remove(&self) -> Result<(), InstallError> {
@@ -353,7 +362,7 @@ mod tests {
             crate::install(Client::Claude, &fx.env, &fx.workspace, &fx.exe, &runner).unwrap();
         assert!(
             message.starts_with(&format!(
-                "upgraded the previous release's entry {} with claude",
+                "replaced our earlier entry {} with claude",
                 reg.name
             )),
             "{message}"

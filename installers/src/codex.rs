@@ -90,8 +90,19 @@ fn difference(command: &str, args: &dyn ArgsRule, found: &Value) -> Option<Strin
             ));
         }
     }
-    if let Some(difference) = args.difference(&transport["args"]) {
-        return Some(difference);
+    args.difference(&transport["args"])
+        .or_else(|| settings_difference(found))
+}
+
+/// What differs in everything but the command and its arguments: a stdio server,
+/// enabled, with nothing else configured.
+fn settings_difference(found: &Value) -> Option<String> {
+    let transport = &found["transport"];
+    if transport["type"] != json!("stdio") {
+        return Some(format!(
+            "transport.type is {} instead of \"stdio\"",
+            transport["type"]
+        ));
     }
     if let Some(extra) = transport.as_object().and_then(|t| {
         t.iter()
@@ -111,6 +122,9 @@ fn difference(command: &str, args: &dyn ArgsRule, found: &Value) -> Option<Strin
     })
 }
 
+/// Recognises our own earlier entry by its command and arguments.
+type OwnEarlier<'a> = Box<dyn Fn(&Value, &Value) -> bool + 'a>;
+
 /// One Codex entry marsh manages: `name` running `command` with arguments `args`
 /// accepts; an [`Exact`] one can also be written.
 pub(crate) struct Codex<'a, A> {
@@ -119,8 +133,9 @@ pub(crate) struct Codex<'a, A> {
     name: &'a str,
     command: &'a str,
     args: A,
-    /// The previous release's arguments for this entry, which install upgrades.
-    previous: Option<Exact>,
+    /// Recognises an earlier entry of ours (by command and arguments) that install
+    /// replaces and uninstall removes.
+    earlier: Option<OwnEarlier<'a>>,
     env: &'a Environment,
     runner: &'a dyn Runner,
 }
@@ -141,17 +156,17 @@ impl<'a, A: ArgsRule> Codex<'a, A> {
             name,
             command,
             args,
-            previous: None,
+            earlier: None,
             env,
             runner,
         })
     }
 
-    /// Also accept, for replacement by install, an entry with exactly `previous` as
-    /// its arguments (and otherwise as expected).
-    pub(crate) fn upgrading_from(self, previous: Exact) -> Self {
+    /// Also accept, for replacement by install and removal by uninstall, an entry whose
+    /// command and arguments `earlier` recognises as ours (and otherwise as written).
+    pub(crate) fn replacing(self, earlier: impl Fn(&Value, &Value) -> bool + 'a) -> Self {
         Self {
-            previous: Some(previous),
+            earlier: Some(Box::new(earlier)),
             ..self
         }
     }
@@ -175,9 +190,11 @@ impl<A: ArgsRule> ClientStore for Codex<'_, A> {
     }
 
     fn upgradable(&self, found: &Value) -> bool {
-        self.previous
+        let transport = &found["transport"];
+        self.earlier
             .as_ref()
-            .is_some_and(|previous| difference(self.command, previous, found).is_none())
+            .is_some_and(|earlier| earlier(&transport["command"], &transport["args"]))
+            && settings_difference(found).is_none()
     }
 
     fn remove(&self) -> Result<(), InstallError> {
@@ -193,8 +210,9 @@ impl ClientWriter for Codex<'_, Exact> {
     }
 }
 
-/// The store of this workspace's `marsh-mcp connect --start …` entry; the previous
-/// release's `marsh-mcp serve …` entry is upgraded.
+/// The store of this workspace's `marsh-mcp connect --start …` entry; an earlier entry
+/// of ours ([`Registration::is_own_earlier`]: the previous release's `serve`, or pins
+/// that have moved) is replaced.
 pub(crate) fn store<'a>(
     reg: &'a Registration,
     env: &'a Environment,
@@ -208,7 +226,7 @@ pub(crate) fn store<'a>(
         &reg.marsh_mcp,
         Exact(reg.client_args()),
     )?
-    .upgrading_from(Exact(reg.previous_client_args())))
+    .replacing(|command, args| reg.is_own_earlier(command, args)))
 }
 
 #[cfg(test)]
@@ -370,7 +388,7 @@ mod tests {
             crate::install(Client::Codex, &fx.env, &fx.workspace, &fx.exe, &runner).unwrap();
         assert!(
             message.starts_with(&format!(
-                "upgraded the previous release's entry {} with codex",
+                "replaced our earlier entry {} with codex",
                 reg.name
             )),
             "{message}"

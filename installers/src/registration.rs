@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use serde_json::Value;
+
 use marsh_scope_registry::{sbx_client_root, scopes_base, server_name, workspace_hash};
 
 use crate::InstallError;
@@ -250,6 +252,37 @@ impl Registration {
         self.args("serve")
     }
 
+    /// Whether `command` and `args` are an earlier registration of this workspace by
+    /// marsh-mcp itself: the current `connect --start` shape or the previous release's
+    /// `serve`, with this workspace and root, but pinning a `marsh-mcp`, `marsh` and
+    /// `sbx` that have moved since (an sbx upgrade, a new install prefix). Such an entry
+    /// is ours to replace or remove; anything else under the name is not.
+    pub fn is_own_earlier(&self, command: &Value, args: &Value) -> bool {
+        let file_named = |path: &str, name: &str| {
+            let path = Path::new(path);
+            path.is_absolute() && path.file_name().is_some_and(|f| f == name)
+        };
+        let Some(args) = args
+            .as_array()
+            .and_then(|a| a.iter().map(Value::as_str).collect::<Option<Vec<&str>>>())
+        else {
+            return false;
+        };
+        let pinned = match args.as_slice() {
+            ["connect", "--start", rest @ ..] | ["serve", rest @ ..] => rest,
+            _ => return false,
+        };
+        command.as_str().is_some_and(|c| file_named(c, "marsh-mcp"))
+            && matches!(
+                pinned,
+                ["--workspace", workspace, "--scope-root", root, "--marsh", marsh, "--sbx", sbx]
+                    if *workspace == self.workspace
+                        && *root == self.root
+                        && file_named(marsh, "marsh")
+                        && Path::new(sbx).is_absolute()
+            )
+    }
+
     fn args_after(&self, verbs: &[&str]) -> Vec<String> {
         verbs
             .iter()
@@ -282,5 +315,63 @@ mod tests {
         ));
         assert!(safe("x", Path::new("/a,b")).is_err());
         assert_eq!(safe("x", Path::new("/a/b")).unwrap(), "/a/b");
+    }
+
+    #[test]
+    fn our_earlier_entries_are_recognised_by_shape_workspace_and_root() {
+        use serde_json::json;
+        let reg = crate::test_support::sample(Client::Codex);
+        let moved = |verbs: &[&str], workspace: &str, root: &str, marsh: &str| {
+            let mut args: Vec<&str> = verbs.to_vec();
+            args.extend([
+                "--workspace",
+                workspace,
+                "--scope-root",
+                root,
+                "--marsh",
+                marsh,
+                "--sbx",
+                "/opt/sbx-1.1/bin/sbx",
+            ]);
+            json!(args)
+        };
+        let ours = |command: &str, args: &Value| reg.is_own_earlier(&json!(command), args);
+        let (ws, root) = ("/work/ws", "/state/root");
+        // Pins moved (an sbx upgrade, a new prefix), either shape: ours.
+        assert!(ours(
+            "/new/bin/marsh-mcp",
+            &moved(&["connect", "--start"], ws, root, "/new/bin/marsh")
+        ));
+        assert!(ours(
+            "/old/marsh-mcp",
+            &moved(&["serve"], ws, root, "/old/marsh")
+        ));
+        // Another workspace or root, another program, another shape, a relative pin,
+        // or anything added: not ours.
+        assert!(!ours(
+            "/new/bin/marsh-mcp",
+            &moved(&["serve"], "/other", root, "/x/marsh")
+        ));
+        assert!(!ours(
+            "/new/bin/marsh-mcp",
+            &moved(&["serve"], ws, "/other", "/x/marsh")
+        ));
+        assert!(!ours(
+            "/usr/bin/evil",
+            &moved(&["serve"], ws, root, "/x/marsh")
+        ));
+        assert!(!ours(
+            "/x/marsh-mcp",
+            &moved(&["export-serve"], ws, root, "/x/marsh")
+        ));
+        assert!(!ours("/x/marsh-mcp", &moved(&["serve"], ws, root, "marsh")));
+        assert!(!ours("marsh-mcp", &moved(&["serve"], ws, root, "/x/marsh")));
+        let mut extra = moved(&["serve"], ws, root, "/x/marsh");
+        extra
+            .as_array_mut()
+            .unwrap()
+            .push(json!("--allow-full-sbx-control"));
+        assert!(!ours("/x/marsh-mcp", &extra));
+        assert!(!ours("/x/marsh-mcp", &json!("serve")));
     }
 }

@@ -1,9 +1,10 @@
 //! The one registration discipline every client follows: read the entry first; an
 //! identical one is a no-op, a different one is refused untouched; only an absent one
 //! is written, and what was written is read back and compared before success is
-//! claimed. The one exception is an entry exactly equal to what the previous release
-//! wrote (a store's "upgradable previous form"): install replaces it (remove, add,
-//! read back). Removal likewise touches only an entry the store accepts as its own.
+//! claimed. The one exception is an earlier entry of our own (a store's "upgradable"
+//! form: the previous release's, or one whose pinned executables have moved since):
+//! install replaces it (remove, add, read back) and says what changed, and uninstall
+//! removes it. Removal otherwise touches only an entry equal to the expected one.
 
 use serde_json::Value;
 
@@ -50,7 +51,7 @@ pub fn install_entry<S: ClientWriter>(
     name: &str,
     detail: &str,
 ) -> Result<String, InstallError> {
-    let mut done = "registered";
+    let mut replaced = None;
     if let Some(found) = store.read()? {
         match store.difference(&found) {
             None => {
@@ -59,9 +60,9 @@ pub fn install_entry<S: ClientWriter>(
                     S::CLIENT
                 ));
             }
-            Some(_) if store.upgradable(&found) => {
+            Some(difference) if store.upgradable(&found) => {
                 store.remove()?;
-                done = "upgraded the previous release's entry";
+                replaced = Some(difference);
             }
             Some(difference) => return Err(conflict::<S>(name, difference)),
         }
@@ -69,7 +70,15 @@ pub fn install_entry<S: ClientWriter>(
     store.add()?;
     let difference = match store.read()? {
         Some(found) => match store.difference(&found) {
-            None => return Ok(format!("{done} {name} with {} ({detail})", S::CLIENT)),
+            None => {
+                return Ok(match replaced {
+                    None => format!("registered {name} with {} ({detail})", S::CLIENT),
+                    Some(changed) => format!(
+                        "replaced our earlier entry {name} with {} ({detail}; it differed: {changed})",
+                        S::CLIENT
+                    ),
+                });
+            }
             Some(difference) => difference,
         },
         None => "no entry".to_string(),
@@ -91,7 +100,9 @@ pub fn uninstall_entry<S: ClientStore>(store: &S, name: &str) -> Result<String, 
     let Some(found) = store.read()? else {
         return Ok(format!("{} has no {name}; nothing to remove", S::CLIENT));
     };
-    if let Some(difference) = store.difference(&found) {
+    if let Some(difference) = store.difference(&found)
+        && !store.upgradable(&found)
+    {
         return Err(conflict::<S>(name, difference));
     }
     store.remove()?;
@@ -258,9 +269,7 @@ mod tests {
         };
         let message = install(&store, &sample(Client::Codex)).unwrap();
         assert!(
-            message.starts_with(
-                "upgraded the previous release's entry marsh-dev-0123456789ab with fake"
-            ),
+            message.starts_with("replaced our earlier entry marsh-dev-0123456789ab with fake"),
             "{message}"
         );
         assert_eq!((store.removes.get(), store.adds.get()), (1, 1));
@@ -280,15 +289,24 @@ mod tests {
     }
 
     #[test]
-    fn uninstall_leaves_the_previous_form() {
+    fn uninstall_removes_our_earlier_form_but_nothing_foreign() {
         let store = Fake {
             previous: old(),
             ..Fake::holding(old())
         };
+        let message = uninstall(&store, &sample(Client::Codex)).unwrap();
+        assert_eq!(message, "removed marsh-dev-0123456789ab from fake");
+        assert_eq!(store.removes.get(), 1);
+        assert_eq!(*store.entry.borrow(), None);
+
+        let store = Fake {
+            previous: old(),
+            ..Fake::holding(foreign())
+        };
         let err = uninstall(&store, &sample(Client::Codex)).unwrap_err();
         assert!(matches!(err, InstallError::Conflict { .. }), "{err:?}");
         assert_eq!(store.removes.get(), 0);
-        assert_eq!(*store.entry.borrow(), old());
+        assert_eq!(*store.entry.borrow(), foreign());
     }
 
     #[test]

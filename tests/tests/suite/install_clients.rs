@@ -343,3 +343,97 @@ fn installer_children_get_the_passwd_identity_and_a_fixed_path() {
     );
     assert_eq!(var("DEPLOY_TOKEN"), None, "{env}");
 }
+
+/// After an sbx upgrade (a new canonical sbx path) `install codex|claude` replace
+/// their own earlier entries (verified by the real CLIs), `uninstall` removes a stale
+/// own entry, and an entry of ours with anything added stays refused, byte-identical.
+#[test]
+fn reinstall_after_an_sbx_upgrade_replaces_our_entries_and_uninstall_removes_stale_ones() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let _brokers = BrokersUnder(sb.state());
+    let c = clients(&sb);
+    let name = server_name(&sb);
+    for client_name in ["codex", "claude"] {
+        let (code, stderr) = marsh_mcp(&sb, &c, &["install", client_name]);
+        assert_eq!(code, Some(0), "{stderr}");
+    }
+    let prefix = sb
+        .prefix
+        .bin("sbx")
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let upgrade = |version: &str| {
+        let dir = prefix.join(format!("sbx-{version}"));
+        fs::create_dir_all(&dir).unwrap();
+        let sbx = dir.join("sbx");
+        fs::copy(sb.prefix.bin("sbx"), &sbx).unwrap();
+        fs::set_permissions(&sbx, fs::Permissions::from_mode(0o755)).unwrap();
+        sbx.canonicalize().unwrap()
+    };
+    let with_sbx = |sbx: &std::path::Path, args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        sb.marsh_mcp(&args, &[])
+            .env("PATH", &c.path)
+            .env("CODEX_HOME", &c.codex_home)
+            .env("CLAUDE_CONFIG_DIR", &c.claude_dir)
+            .env("MARSH_SBX", sbx)
+            .output()
+            .unwrap()
+    };
+
+    let sbx_11 = upgrade("1.1");
+    for client_name in ["codex", "claude"] {
+        let out = with_sbx(&sbx_11, &["install", client_name]);
+        let said = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{said}");
+        assert!(said.contains("replaced our earlier entry"), "{said}");
+    }
+    let got: Value =
+        serde_json::from_slice(&client(&sb, &c, "codex", &["mcp", "get", &name, "--json"]).stdout)
+            .unwrap();
+    let args = got["transport"]["args"].as_array().unwrap();
+    assert_eq!(args.last().unwrap(), sbx_11.to_str().unwrap(), "{got}");
+    let shown = client(&sb, &c, "claude", &["mcp", "get", &name]);
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(text.contains(sbx_11.to_str().unwrap()), "{text}");
+
+    // Another upgrade: uninstall removes the now stale own entries.
+    let sbx_12 = upgrade("1.2");
+    for client_name in ["codex", "claude"] {
+        let out = with_sbx(&sbx_12, &["uninstall", client_name]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let gone = client(&sb, &c, "codex", &["mcp", "get", &name, "--json"]);
+    assert!(!gone.status.success(), "codex still has {name}");
+
+    // Ours with something added is not ours: refused, the config byte-identical.
+    let mut edited = vec!["mcp", "add", &name, "--"];
+    let marsh_mcp = sb.prefix.bin("marsh-mcp");
+    let mut rest: Vec<String> = args
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    rest.push("--allow-full-sbx-control".into());
+    let marsh_mcp = marsh_mcp.to_str().unwrap().to_string();
+    edited.push(&marsh_mcp);
+    edited.extend(rest.iter().map(String::as_str));
+    assert!(client(&sb, &c, "codex", &edited).status.success());
+    let config = c.codex_home.join("config.toml");
+    let before = fs::read(&config).unwrap();
+    let out = with_sbx(&sbx_12, &["install", "codex"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(fs::read(&config).unwrap(), before, "left byte-identical");
+    let out = with_sbx(&sbx_12, &["uninstall", "codex"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(fs::read(&config).unwrap(), before, "left byte-identical");
+}

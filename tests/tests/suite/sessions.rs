@@ -316,7 +316,7 @@ fn two_codex_sessions_share_the_workspace_and_install_upgrades_the_old_serve_ent
     assert_eq!(get(&sb)["transport"]["args"][0], "serve");
     let (code, stderr) = marsh_mcp(&sb, &c, &["install", "codex"]);
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(stderr.contains("upgraded"), "{stderr}");
+    assert!(stderr.contains("replaced our earlier entry"), "{stderr}");
     assert_eq!(get(&sb), installed);
 
     // A foreign entry (another program, same shape) is refused and left as it is.
