@@ -80,6 +80,15 @@ impl ManagedRoot {
                 path: root.to_owned(),
             });
         }
+        // A populated root without a binding is refused before the lease file exists,
+        // so the refusal leaves the root as it was. (The same check runs again under
+        // the lease, where it decides: this one only spares the common case an effect.)
+        let bound = std::fs::symlink_metadata(root.join(BINDING_FILE)).is_ok();
+        if !bound && !holds_only_first_claim_leftovers(root)? {
+            return Err(RegistryError::Unbound {
+                path: root.to_owned(),
+            });
+        }
         let lease = Lease::acquire(root)?;
         let wanted = WorkspaceBinding::new(workspace, workspace_dev, workspace_ino);
         let registry = match WorkspaceBinding::load(root)? {
@@ -320,6 +329,11 @@ mod tests {
             ManagedRoot::open(&root, "/ws", 1, 2),
             Err(RegistryError::Unbound { .. })
         ));
+        let left: Vec<_> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["stray"], "the refused root is left as it was");
         let root2 = tmp.path().join("root2");
         drop(ManagedRoot::open(&root2, "/ws", 1, 2).unwrap());
         // Build the impostor while the original still exists so its inode differs.

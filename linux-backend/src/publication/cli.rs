@@ -35,8 +35,14 @@ pub fn parse(args: &[OsString]) -> Result<PublicationRequest, Usage> {
         .iter()
         .any(|w| *w == "--kit" || w.starts_with("--kit="))
     {
-        let name = rest.iter().copied().find(|w| !w.starts_with('-'));
-        return Err(usage(name, KIT_REFUSAL));
+        let value_flags = [
+            "--kit",
+            "--description",
+            "--sandbox",
+            "--timeout-ms",
+            "--max-output-bytes",
+        ];
+        return Err(usage(name_hint(rest, &value_flags), KIT_REFUSAL));
     }
     let request = match verb {
         "publish" => parse_publish(rest)?,
@@ -117,6 +123,21 @@ fn decimal(text: &str) -> Option<u64> {
     text.parse().ok()
 }
 
+/// The name as far as it can be told, for a rejection's `tool_name`: the first word
+/// before `--` that is neither a flag nor the value of one of `value_flags` (never a
+/// word of the pipeline).
+fn name_hint<'a>(words: &[&'a str], value_flags: &[&str]) -> Option<&'a str> {
+    let mut before = words.iter().copied().take_while(|w| *w != "--");
+    while let Some(word) = before.next() {
+        if value_flags.contains(&word) {
+            before.next();
+        } else if !word.starts_with('-') {
+            return Some(word);
+        }
+    }
+    None
+}
+
 /// The words after the verb: one positional, flag values, and (publish) the words
 /// after `--`.
 struct Words<'a> {
@@ -136,8 +157,7 @@ impl<'a> Words<'a> {
             values: BTreeMap::new(),
             trailing: None,
         };
-        // A name seen so far, for the answer's `tool_name`.
-        let name_hint = words.iter().copied().find(|w| !w.starts_with('-'));
+        let name_hint = name_hint(words, known);
         let mut it = words.iter().copied();
         while let Some(word) = it.next() {
             if word == "--" {
@@ -314,6 +334,25 @@ mod tests {
         let answer = rejected(&["publish", "hello", "--timeout-ms", "0", "--", "x"]);
         assert_eq!(answer.result.tool_name.as_deref(), Some("hello"));
         assert_eq!(answer.result.server.as_deref(), Some("marsh-pub-hello"));
+        // The name is never taken from the pipeline or from a flag's value.
+        for args in [
+            &["publish", "-x", "--", "cat"][..],
+            &["publish", "--sandbox", "dev", "--bogus", "--", "cat"],
+            &["publish", "--kit", "k", "--", "cat"],
+        ] {
+            let answer = rejected(args);
+            assert_eq!(answer.result.tool_name, None, "{args:?}");
+        }
+        let answer = rejected(&[
+            "publish",
+            "--sandbox",
+            "dev",
+            "hello",
+            "--bogus",
+            "--",
+            "cat",
+        ]);
+        assert_eq!(answer.result.tool_name.as_deref(), Some("hello"));
     }
 
     #[test]

@@ -550,6 +550,25 @@ fn legacy_mode_disables_the_default_aliases_after_scope_stop_default() {
     assert_eq!(s.ok("status", json!({}))["state"], "ready");
 }
 
+/// Legacy lifecycle state lasts only for the server process: a default scope stopped
+/// in one `serve --home` is ready again in the next one on that home (managed mode keeps
+/// it stopped: `default_aliases_stay_disabled_across_restart_after_scope_stop_default`).
+#[test]
+fn a_legacy_restart_brings_a_stopped_default_scope_back() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb, &sb.serve_home_args(&[]), &[]);
+    s.ok("scope_stop", json!({"scope_id": "default"}));
+    assert_eq!(s.err_kind("status", json!({})), "scope_not_ready");
+    assert!(s.close().success());
+    let mut s = Server::start(&sb, &sb.serve_home_args(&[]), &[]);
+    assert_eq!(
+        s.ok("scope_status", json!({"scope_id": "default"}))["state"],
+        "ready"
+    );
+    let run = s.ok("shell_run", json!({"command": "echo back"}));
+    assert_eq!(run["stdout_text"], "back\n", "{run}");
+}
+
 #[test]
 fn a_failed_scope_is_recovered_by_reset_then_stop_before_removal() {
     let sb = Sandbox::new();

@@ -131,6 +131,11 @@ fn managed_root_refuses_unbound_populated_and_foreign_bound_roots() {
     fs::set_permissions(sb.root(), fs::Permissions::from_mode(0o700)).unwrap();
     fs::write(sb.root().join("leftover"), b"x").unwrap();
     refused(&sb, &sb.serve_root_args(&[]), &[], "no workspace binding");
+    let left: Vec<_> = fs::read_dir(sb.root())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["leftover"], "the refused root is left as it was");
     fs::remove_file(sb.root().join("leftover")).unwrap();
 
     // Claim it for this workspace, then point another workspace at it.
