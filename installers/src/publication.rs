@@ -179,6 +179,30 @@ impl Publication {
         }
     }
 
+    /// The generation of a client entry that is this publication's, written by an
+    /// earlier install: `export-serve` with this workspace, home and declaration, any
+    /// absolute sbx, but a `marsh-mcp` and `--marsh` that may have moved since (a new
+    /// install prefix). `None` when it is anything else.
+    fn own_earlier_generation(&self, command: &Value, args: &Value) -> Option<Option<String>> {
+        let named = |path: &str, name: &str| {
+            let path = Path::new(path);
+            path.is_absolute() && path.file_name().is_some_and(|f| f == name)
+        };
+        if !command.as_str().is_some_and(|c| named(c, "marsh-mcp")) {
+            return None;
+        }
+        let mut args = strings(args)?;
+        // The pinned marsh is the one but last value; put ours there, so the rest must
+        // match exactly.
+        let at = args.len().checked_sub(3)?;
+        if args.get(at.checked_sub(1)?) != Some(&"--marsh") || !named(args[at], "marsh") {
+            return None;
+        }
+        args[at] = self.marsh.as_str();
+        let (generation, _sbx) = self.pinned(&args).ok()?;
+        Some(generation.map(str::to_owned))
+    }
+
     /// The generation and sbx of a registration (`sbx mcp inspect --json`) that runs
     /// this `marsh-mcp` with this publication's arguments and no `dir`; else what differs.
     fn matching_registration(&self, found: &Value) -> Result<(Option<String>, String), String> {
@@ -282,14 +306,20 @@ pub fn install_published(
     let args = Exact(p.args(generation.as_deref(), &pinned_sbx));
     match client {
         PublishedClient::Codex => {
-            let store = Codex::new(env, runner, workspace, &p.server, &p.marsh_mcp, args)?;
+            // An entry of this generation whose marsh-mcp or marsh moved is ours to
+            // replace; another generation's is refused until it is removed.
+            let same_generation = |command: &Value, args: &Value| {
+                p.own_earlier_generation(command, args).as_ref() == Some(&generation)
+            };
+            let store = Codex::new(env, runner, workspace, &p.server, &p.marsh_mcp, args)?
+                .replacing(same_generation);
             verified::install_entry(&store, &p.server, &detail)
         }
     }
 }
 
 /// `marsh-mcp remove-published CLIENT NAME`: removes only this publication's entry
-/// (any generation).
+/// (any generation, wherever its marsh-mcp and marsh were installed).
 pub fn remove_published(
     client: PublishedClient,
     name: &str,
@@ -303,7 +333,8 @@ pub fn remove_published(
     match client {
         PublishedClient::Codex => {
             let rule = AnyGeneration(&p);
-            let store = Codex::new(env, runner, workspace, &p.server, &p.marsh_mcp, rule)?;
+            let store = Codex::new(env, runner, workspace, &p.server, &p.marsh_mcp, rule)?
+                .replacing(|command, args| p.own_earlier_generation(command, args).is_some());
             verified::uninstall_entry(&store, &p.server)
         }
     }

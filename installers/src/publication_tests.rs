@@ -471,8 +471,9 @@ fn remove_refuses_any_entry_that_is_not_this_publications_and_leaves_it() {
         ("transport.args: the --home value", |_, e| {
             e["transport"]["args"][4] = json!("/other-home")
         }),
+        // A moved marsh is still ours (see below); a program of another name is not.
         ("transport.args: the --marsh value", |_, e| {
-            e["transport"]["args"][10] = json!("/usr/bin/marsh")
+            e["transport"]["args"][10] = json!("/usr/bin/other")
         }),
         ("transport.args: argument 0 is \"serve\"", |_, e| {
             e["transport"]["args"][0] = json!("serve")
@@ -576,4 +577,48 @@ fn the_marsh_home_follows_marsh_and_must_exist() {
             if *path == w.fx.root.join("home/.marsh")),
         "{err:?}"
     );
+}
+
+/// After a new install prefix (marsh-mcp and marsh moved): install replaces this
+/// generation's entry, remove deletes any generation's, and an entry of this shape
+/// for another declaration stays refused.
+#[test]
+fn entries_whose_marsh_mcp_and_marsh_moved_are_replaced_or_removed() {
+    let w = World::new();
+    w.declare("hello", Some(G2));
+    let moved = |generation: Option<&str>| {
+        let mut entry = w.entry(generation);
+        entry["transport"]["command"] = json!("/opt/old-prefix/bin/marsh-mcp");
+        entry["transport"]["args"][10] = json!("/opt/old-prefix/bin/marsh");
+        entry
+    };
+    let registration = RefCell::new(Some(w.registration(Some(G2))));
+    let codex = RefCell::new(Some(moved(Some(G2))));
+    let runner = Scripted::new(fake_clients(&registration, &codex));
+    let message = w.install(&runner).unwrap();
+    assert!(
+        message.starts_with("replaced our earlier entry marsh-pub-hello"),
+        "{message}"
+    );
+    assert_eq!(*codex.borrow(), Some(w.entry(Some(G2))));
+
+    // Another generation's moved entry: refused by install, removed by remove.
+    *codex.borrow_mut() = Some(moved(Some(G1)));
+    assert!(matches!(
+        w.install(&runner),
+        Err(InstallError::Conflict { .. })
+    ));
+    assert_eq!(*codex.borrow(), Some(moved(Some(G1))));
+    w.remove(&runner).unwrap();
+    assert_eq!(*codex.borrow(), None);
+
+    // The same shape for another declaration is not ours.
+    let mut other = moved(Some(G1));
+    other["transport"]["args"][6] = json!("/tmp/other.json");
+    *codex.borrow_mut() = Some(other.clone());
+    assert!(matches!(
+        w.remove(&runner),
+        Err(InstallError::Conflict { .. })
+    ));
+    assert_eq!(*codex.borrow(), Some(other));
 }
