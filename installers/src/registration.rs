@@ -246,9 +246,11 @@ impl Registration {
         self.args_after(&["connect", "--start"])
     }
 
-    /// What the previous release registered with Codex and Claude (a direct `serve`);
-    /// `install` upgrades exactly this entry.
-    pub fn previous_client_args(&self) -> Vec<String> {
+    /// What the previous release registered with Codex and Claude (a direct `serve`),
+    /// one of the earlier forms [`Registration::is_own_earlier`] recognises; the tests
+    /// build that entry.
+    #[cfg(test)]
+    pub(crate) fn previous_client_args(&self) -> Vec<String> {
         self.args("serve")
     }
 
