@@ -13,6 +13,6 @@ mod oversized;
 mod reader;
 mod stdio;
 
-pub use oversized::{oversized_error, oversized_reply, request_id_in_prefix};
+pub use oversized::{oversized_error, oversized_reply, request_id_in_prefix, with_raw_id};
 pub use reader::{Frame, FrameReader, MAX_FRAME_BYTES};
 pub use stdio::{client_stdin, client_stdout};

@@ -2,6 +2,7 @@
 
 mod handler;
 mod refusal;
+mod request_ids;
 mod transport;
 
 pub(crate) use handler::{accept_initialize, run_handler, serve_session};

@@ -10,18 +10,22 @@
 
 use std::borrow::Cow;
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::JsonRpcMessage;
+use rmcp::model::{ClientNotification, JsonRpcMessage, NumberOrString};
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 
-use marsh_framing::{Frame, FrameReader, MAX_FRAME_BYTES, oversized_error, request_id_in_prefix};
+use marsh_framing::{
+    Frame, FrameReader, MAX_FRAME_BYTES, oversized_error, request_id_in_prefix, with_raw_id,
+};
+use serde_json::value::RawValue;
+
+use super::request_ids::RequestIds;
 
 const INBOUND_QUEUE: usize = 32;
 const OUTBOUND_QUEUE: usize = 64;
@@ -32,43 +36,6 @@ const DRAIN_BOUND: Duration = Duration::from_secs(70);
 /// disconnect does (its operations are cancelled): a peer holding half a line would
 /// otherwise keep the session, and its operations, alive forever.
 const PARTIAL_FRAME_BOUND: Duration = Duration::from_secs(60);
-
-/// Requests read but not yet answered, by canonical JSON id. When input ends, the
-/// session stays up until this is empty (bounded), so a client that half-closes after
-/// its last request still gets every reply.
-#[derive(Debug, Default)]
-struct Pending {
-    ids: Mutex<HashSet<String>>,
-    emptied: Notify,
-}
-
-impl Pending {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        crate::lock::lock(&self.ids)
-    }
-
-    /// Records a request; false when one with the same id is still unanswered.
-    fn add(&self, id: String) -> bool {
-        self.lock().insert(id)
-    }
-
-    fn done(&self, id: &str) {
-        let mut ids = self.lock();
-        if ids.remove(id) && ids.is_empty() {
-            self.emptied.notify_waiters();
-        }
-    }
-
-    async fn drained(&self) {
-        loop {
-            let notified = self.emptied.notified();
-            if self.lock().is_empty() {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {
@@ -83,7 +50,10 @@ pub enum TransportError {
 pub struct LineTransport {
     inbound: mpsc::Receiver<RxJsonRpcMessage<RoleServer>>,
     outbound: mpsc::Sender<Vec<u8>>,
-    pending: Arc<Pending>,
+    /// Requests read but not yet answered, by the client's exact id. When input ends,
+    /// the session stays up until none is left (bounded), so a client that half-closes
+    /// after its last request still gets every reply.
+    ids: Arc<RequestIds>,
 }
 
 impl LineTransport {
@@ -96,18 +66,18 @@ impl LineTransport {
     {
         let (in_tx, in_rx) = mpsc::channel(INBOUND_QUEUE);
         let (out_tx, out_rx) = mpsc::channel(OUTBOUND_QUEUE);
-        let pending = Arc::new(Pending::default());
+        let ids = Arc::new(RequestIds::default());
         tokio::spawn(write_frames(write, out_rx));
         tokio::spawn(read_frames(
             FrameReader::new(read).with_partial_timeout(PARTIAL_FRAME_BOUND),
             in_tx,
             out_tx.clone(),
-            Arc::clone(&pending),
+            Arc::clone(&ids),
         ));
         Self {
             inbound: in_rx,
             outbound: out_tx,
-            pending,
+            ids,
         }
     }
 }
@@ -133,22 +103,45 @@ async fn write_frames<W: AsyncWrite + Unpin>(mut write: W, mut rx: mpsc::Receive
     let _ = write.shutdown().await;
 }
 
-fn error_frame(id: Value, code: i64, message: &str) -> Vec<u8> {
-    let reply = json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
-    reply.to_string().into_bytes()
+/// An error reply to the request whose id is `raw` (its JSON text; `null` for none).
+fn error_frame(raw: &str, code: i64, message: &str) -> Vec<u8> {
+    let reply = json!({"jsonrpc": "2.0", "error": {"code": code, "message": message}});
+    with_raw_id(raw, &reply).into_bytes()
 }
 
 /// The answer to an oversized frame: the request's id when its prefix shows one.
 fn oversized_frame(len: usize, prefix: &[u8]) -> Vec<u8> {
-    let id = request_id_in_prefix(prefix).unwrap_or(Value::Null);
-    let reply = json!({"jsonrpc": "2.0", "id": id, "error": oversized_error(len)});
-    reply.to_string().into_bytes()
+    let raw = request_id_in_prefix(prefix);
+    let reply = json!({"jsonrpc": "2.0", "error": oversized_error(len)});
+    with_raw_id(raw.as_deref().unwrap_or("null"), &reply).into_bytes()
+}
+
+/// The exact JSON texts of a message's top-level `id` and, for a cancellation, of the
+/// request id it names: a parsed value would lose a number's spelling and size.
+/// (Parsed apart, so a malformed `params` cannot hide the id.)
+#[derive(serde::Deserialize)]
+struct IdText<'a> {
+    #[serde(borrow)]
+    id: Option<&'a RawValue>,
+}
+
+#[derive(serde::Deserialize)]
+struct CancellationText<'a> {
+    #[serde(borrow)]
+    params: CancelledText<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct CancelledText<'a> {
+    #[serde(borrow, rename = "requestId")]
+    request_id: &'a RawValue,
 }
 
 /// What one inbound line turns into.
 enum Inbound {
-    /// A message for rmcp; `request` is the canonical id of a request it must answer,
-    /// `cancels` the id a `notifications/cancelled` gives up on.
+    /// A message for rmcp: `request` is the exact id text of a request it must answer,
+    /// `cancels` that of the request a `notifications/cancelled` gives up on.
+    /// [`read_frames`] gives rmcp ids of its own before passing it on.
     Message {
         message: Box<RxJsonRpcMessage<RoleServer>>,
         request: Option<String>,
@@ -171,16 +164,22 @@ fn classify(frame: Frame, initialize_seen: &mut bool) -> Inbound {
     }
     let value: Value = match serde_json::from_slice(&line) {
         Ok(v) => v,
-        Err(_) => return Inbound::Reply(error_frame(Value::Null, -32700, "parse error: not JSON")),
+        Err(_) => return Inbound::Reply(error_frame("null", -32700, "parse error: not JSON")),
     };
     if value.is_array() {
         return Inbound::Reply(error_frame(
-            Value::Null,
+            "null",
             -32600,
             "invalid request: batches (JSON arrays) are not supported; send one message per line",
         ));
     }
-    let id = value.get("id").cloned();
+    let id = match serde_json::from_slice::<IdText>(&line) {
+        Ok(text) => text.id.map(|raw| raw.get().to_string()),
+        Err(_) => value.get("id").map(Value::to_string),
+    };
+    let cancelled_id = serde_json::from_slice::<CancellationText>(&line)
+        .ok()
+        .map(|text| text.params.request_id.get().to_string());
     let method = value
         .get("method")
         .and_then(Value::as_str)
@@ -188,12 +187,12 @@ fn classify(frame: Frame, initialize_seen: &mut bool) -> Inbound {
     if let (Some(method), Some(id)) = (method.as_deref(), &id) {
         if method == "ping" && !*initialize_seen {
             // The one request the spec allows before `initialize`.
-            let pong = json!({"jsonrpc": "2.0", "id": id, "result": {}});
-            return Inbound::Reply(pong.to_string().into_bytes());
+            let pong = json!({"jsonrpc": "2.0", "result": {}});
+            return Inbound::Reply(with_raw_id(id, &pong).into_bytes());
         }
         if method != "initialize" && !*initialize_seen {
             return Inbound::Reply(error_frame(
-                id.clone(),
+                id,
                 -32600,
                 "the session is not initialized: send `initialize` first",
             ));
@@ -208,14 +207,26 @@ fn classify(frame: Frame, initialize_seen: &mut bool) -> Inbound {
                 .is_none_or(|a| a.is_object() || a.is_null());
             if !named || !arguments_ok {
                 return Inbound::Reply(error_frame(
-                    id.clone(),
+                    id,
                     -32602,
                     "invalid params: tools/call needs a string `name` and object `arguments`",
                 ));
             }
         }
     }
-    let cancelled_id = value.pointer("/params/requestId").map(Value::to_string);
+    // rmcp reads ids as i64 or string: an id of another size or spelling would make it
+    // refuse the message. Placeholders go in here; `read_frames` puts rmcp's own ids in.
+    let mut value = value;
+    if id.is_some()
+        && let Some(object) = value.as_object_mut()
+    {
+        object.insert("id".into(), 0.into());
+    }
+    if cancelled_id.is_some()
+        && let Some(params) = value.get_mut("params").and_then(Value::as_object_mut)
+    {
+        params.insert("requestId".into(), 0.into());
+    }
     match serde_json::from_value::<RxJsonRpcMessage<RoleServer>>(value) {
         Ok(message) => {
             match (method.as_deref(), &id) {
@@ -226,7 +237,7 @@ fn classify(frame: Frame, initialize_seen: &mut bool) -> Inbound {
                 _ => {}
             }
             let request = match (&method, &id) {
-                (Some(_), Some(id)) => Some(id.to_string()),
+                (Some(_), Some(id)) => Some(id.clone()),
                 _ => None,
             };
             let cancels = match method.as_deref() {
@@ -240,7 +251,9 @@ fn classify(frame: Frame, initialize_seen: &mut bool) -> Inbound {
             }
         }
         Err(err) => match id {
-            Some(id) => Inbound::Reply(error_frame(id, -32600, &format!("invalid request: {err}"))),
+            Some(id) => {
+                Inbound::Reply(error_frame(&id, -32600, &format!("invalid request: {err}")))
+            }
             None => {
                 tracing::debug!(%err, "dropped an invalid notification");
                 Inbound::Ignore
@@ -249,13 +262,27 @@ fn classify(frame: Frame, initialize_seen: &mut bool) -> Inbound {
     }
 }
 
-/// The id of a request message (null for anything else).
-fn message_id(message: &RxJsonRpcMessage<RoleServer>) -> Value {
+/// Puts rmcp's ids in place of the client's: `internal` as a request's id, `cancelled`
+/// as the request a cancellation names.
+fn with_internal_ids(
+    message: &mut RxJsonRpcMessage<RoleServer>,
+    internal: Option<i64>,
+    cancelled: Option<i64>,
+) {
     match message {
         JsonRpcMessage::Request(request) => {
-            serde_json::to_value(&request.id).unwrap_or(Value::Null)
+            if let Some(internal) = internal {
+                request.id = NumberOrString::Number(internal);
+            }
         }
-        _ => Value::Null,
+        JsonRpcMessage::Notification(notification) => {
+            if let (Some(cancelled), ClientNotification::CancelledNotification(note)) =
+                (cancelled, &mut notification.notification)
+            {
+                note.params.request_id = Some(NumberOrString::Number(cancelled));
+            }
+        }
+        JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_) => {}
     }
 }
 
@@ -263,7 +290,7 @@ async fn read_frames<R: AsyncBufRead + Unpin>(
     mut frames: FrameReader<R>,
     inbound: mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
     outbound: mpsc::Sender<Vec<u8>>,
-    pending: Arc<Pending>,
+    ids: Arc<RequestIds>,
 ) {
     let mut initialize_seen = false;
     loop {
@@ -275,38 +302,56 @@ async fn read_frames<R: AsyncBufRead + Unpin>(
                 return;
             }
         };
-        let delivered = match classify(frame, &mut initialize_seen) {
+        let reply = match classify(frame, &mut initialize_seen) {
             Inbound::Message {
-                message,
+                mut message,
                 request,
                 cancels,
             } => {
-                if let Some(id) = request
-                    && !pending.add(id)
-                {
-                    // Two requests may not share an id while the first is unanswered:
-                    // the second never runs (its reply would be ambiguous).
-                    let id = message_id(&message);
-                    let refusal = error_frame(
-                        id,
-                        -32600,
-                        "invalid request: a request with this id is still in flight",
-                    );
-                    if outbound.send(refusal).await.is_err() {
-                        return;
-                    }
-                    continue;
+                // Two requests may not share an id while the first is unanswered: the
+                // second never runs (its reply would be ambiguous).
+                let internal = match &request {
+                    Some(raw) => match ids.admit(raw) {
+                        Some(internal) => Some(internal),
+                        None => {
+                            let refusal = error_frame(
+                                raw,
+                                -32600,
+                                "invalid request: a request with this id is still in flight",
+                            );
+                            if outbound.send(refusal).await.is_err() {
+                                return;
+                            }
+                            continue;
+                        }
+                    },
+                    None => None,
+                };
+                // A cancellation names the request by the client's id; rmcp knows it by
+                // ours. A cancelled request gets no reply, so its id is free now; one
+                // not in flight is nothing to cancel.
+                let cancelled = match &cancels {
+                    Some(raw) => match ids.internal(raw) {
+                        Some(cancelled) => {
+                            ids.release(cancelled);
+                            Some(cancelled)
+                        }
+                        None => continue,
+                    },
+                    None => None,
+                };
+                with_internal_ids(&mut message, internal, cancelled);
+                if inbound.send(*message).await.is_err() {
+                    return;
                 }
-                if let Some(id) = cancels {
-                    // A cancelled request gets no reply; do not wait for one.
-                    pending.done(&id);
-                }
-                inbound.send(*message).await.is_ok()
+                None
             }
-            Inbound::Reply(reply) => outbound.send(reply).await.is_ok(),
-            Inbound::Ignore => true,
+            Inbound::Reply(reply) => Some(reply),
+            Inbound::Ignore => None,
         };
-        if !delivered {
+        if let Some(reply) = reply
+            && outbound.send(reply).await.is_err()
+        {
             return;
         }
     }
@@ -324,40 +369,51 @@ impl Transport<RoleServer> for LineTransport {
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         let outbound = self.outbound.clone();
-        let encoded = serde_json::to_vec(&item);
-        let answered = match &item {
-            JsonRpcMessage::Response(r) => serde_json::to_string(&r.id).ok(),
-            JsonRpcMessage::Error(e) => e.id.as_ref().and_then(|id| serde_json::to_string(id).ok()),
+        // A reply goes out with the client's id, exactly as it was written; the id is
+        // free again from here. A reply whose request was cancelled (its id already
+        // released) is not sent: a cancelled request gets none.
+        let internal = match &item {
+            JsonRpcMessage::Response(r) => Some(&r.id),
+            JsonRpcMessage::Error(e) => e.id.as_ref(),
             JsonRpcMessage::Request(_) | JsonRpcMessage::Notification(_) => None,
         };
-        let pending = Arc::clone(&self.pending);
-        async move {
-            let result = async {
-                let bytes = encoded?;
-                if bytes.len() > MAX_FRAME_BYTES {
-                    return Err(TransportError::OutboundTooLarge(bytes.len()));
+        let client_id = match internal {
+            Some(NumberOrString::Number(n)) => Some(self.ids.release(*n)),
+            _ => None,
+        };
+        let encoded = match client_id {
+            None => serde_json::to_vec(&item).map(Some),
+            Some(None) => Ok(None),
+            Some(Some(raw)) => serde_json::to_value(&item).map(|mut value| {
+                if let Some(object) = value.as_object_mut() {
+                    object.remove("id");
                 }
-                outbound
-                    .send(bytes)
-                    .await
-                    .map_err(|_| TransportError::WriterGone)
+                Some(with_raw_id(&raw, &value).into_bytes())
+            }),
+        };
+        async move {
+            let Some(bytes) = encoded? else {
+                tracing::debug!("dropped the reply to a cancelled request");
+                return Ok(());
+            };
+            if bytes.len() > MAX_FRAME_BYTES {
+                return Err(TransportError::OutboundTooLarge(bytes.len()));
             }
-            .await;
-            if let Some(id) = answered {
-                pending.done(&id);
-            }
-            result
+            outbound
+                .send(bytes)
+                .await
+                .map_err(|_| TransportError::WriterGone)
         }
     }
 
     fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleServer>>> + Send {
-        let pending = Arc::clone(&self.pending);
+        let ids = Arc::clone(&self.ids);
         let inbound = &mut self.inbound;
         async move {
             let next = inbound.recv().await;
             if next.is_none() {
                 // Input ended: answer what was already asked before ending the session.
-                if tokio::time::timeout(DRAIN_BOUND, pending.drained())
+                if tokio::time::timeout(DRAIN_BOUND, ids.drained())
                     .await
                     .is_err()
                 {

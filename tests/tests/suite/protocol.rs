@@ -455,3 +455,94 @@ fn requests_already_read_are_answered_after_stdin_ends() {
     );
     assert!(s.close().success());
 }
+
+/// The JSON text of a reply line's `id`, exactly as written.
+fn raw_id(line: &str) -> String {
+    #[derive(serde::Deserialize)]
+    struct IdText<'a> {
+        #[serde(borrow)]
+        id: &'a serde_json::value::RawValue,
+    }
+    serde_json::from_str::<IdText>(line)
+        .unwrap_or_else(|e| panic!("{e}: {line}"))
+        .id
+        .get()
+        .to_string()
+}
+
+/// Ids are kept exactly as sent: requests whose ids are equal as numbers but written
+/// differently (`0`/`-0`, `5001`/`5001.0`) each get their own reply, ids beyond 64 bits
+/// and in exponent form are echoed as written, a duplicate in flight is refused without
+/// touching the first, and an id is free again once answered.
+#[test]
+fn request_ids_are_kept_exactly_as_sent() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let sb = Sandbox::new();
+    let mut child = sb
+        .marsh_mcp(&sb.serve_home_args(&[]), &[])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut send = |text: &str| {
+        stdin.write_all(text.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    };
+    send(
+        r#"{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+    );
+    assert_eq!(raw_id(&lines.next().unwrap().unwrap()), r#""init""#);
+    send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let call = |id: &str, tool: &str, arguments: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{arguments}}}}}"#
+        )
+    };
+    let slow = |word: &str| format!(r#"{{"command":"sleep 1; echo {word}"}}"#);
+    send(&call("0", "shell_run", &slow("zero")));
+    send(&call("-0", "status", "{}"));
+    send(&call("5001", "shell_run", &slow("int")));
+    send(&call("5001.0", "status", "{}"));
+    send(&call("5001", "status", "{}"));
+    for id in ["18446744073709551617", "-9223372036854775809", "1e3"] {
+        send(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#));
+    }
+    let mut replies: Vec<(String, String)> = Vec::new();
+    while replies.len() < 8 {
+        let line = lines.next().unwrap().unwrap();
+        replies.push((raw_id(&line), line));
+    }
+    let with = |id: &str| -> Vec<&String> {
+        replies
+            .iter()
+            .filter(|(raw, _)| raw == id)
+            .map(|(_, line)| line)
+            .collect()
+    };
+    assert!(with("0")[0].contains(r#"zero\n"#), "{:?}", with("0"));
+    assert!(with("-0")[0].contains("active_runs"), "{:?}", with("-0"));
+    assert!(
+        with("5001.0")[0].contains("active_runs"),
+        "{:?}",
+        with("5001.0")
+    );
+    let int = with("5001");
+    assert_eq!(int.len(), 2, "{int:?}");
+    assert!(int.iter().any(|l| l.contains("still in flight")), "{int:?}");
+    assert!(int.iter().any(|l| l.contains(r#"int\n"#)), "{int:?}");
+    for id in ["18446744073709551617", "-9223372036854775809", "1e3"] {
+        assert!(with(id)[0].contains(r#""result":{}"#), "{id}: {replies:?}");
+    }
+    // Answered, so free again.
+    send(r#"{"jsonrpc":"2.0","id":0,"method":"ping"}"#);
+    let line = lines.next().unwrap().unwrap();
+    assert_eq!(raw_id(&line), "0");
+    assert!(line.contains(r#""result":{}"#), "{line}");
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+}
