@@ -31,12 +31,10 @@ pub enum ErrorKind {
 }
 
 impl ErrorKind {
-    /// Whether the same call may succeed later without anything else changing.
+    /// Whether the same call may succeed later without anything else changing. A
+    /// timeout is not: the same command with the same limit times out again.
     pub fn retryable(self) -> bool {
-        matches!(
-            self,
-            Self::ScopeBusy | Self::CapacityExhausted | Self::TimedOut
-        )
+        matches!(self, Self::ScopeBusy | Self::CapacityExhausted)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -77,4 +75,12 @@ impl std::fmt::Display for ToolError {
     }
 }
 
-pub type ToolResult = Result<Value, ToolError>;
+/// A successful call's result: the typed data (`structuredContent.data`) and its
+/// readable text (`content[0].text`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolReply {
+    pub data: Value,
+    pub text: String,
+}
+
+pub type ToolResult = Result<ToolReply, ToolError>;

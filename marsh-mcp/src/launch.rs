@@ -107,7 +107,11 @@ impl Ticket {
         finish: Option<Finish>,
     ) -> Result<Arc<Operation>, ToolError> {
         let parts = self.into_parts();
-        let op = Operation::new(session, plan.kind, parts.label, plan.timeout);
+        let command = plan.steps.iter().find_map(|step| match step {
+            Step::Marsh(Verb::Run(command)) => Some(command.as_str()),
+            _ => None,
+        });
+        let op = Operation::running_command(session, plan.kind, parts.label, plan.timeout, command);
         let launched = start(ctx, op, parts.home, plan, parts.held, finish);
         if let (Err(error), Some((id, name))) = (&launched, parts.begun) {
             let why = format!("the operation could not start: {}", error.message);
@@ -300,8 +304,9 @@ pub(crate) fn default_verdict(op: &Operation, outcome: &Outcome) -> Verdict {
             error: Some(ToolError::new(
                 ErrorKind::TimedOut,
                 format!(
-                    "timed out after {} ms; the process group was signalled (SIGINT, SIGTERM, SIGKILL)",
-                    op.timeout.as_millis()
+                    "timed out after {} ms; the process group was signalled (SIGINT, SIGTERM, SIGKILL). The same call would time out again: give it a larger timeout_ms (at most {}), or start it with wait_ms 0 and poll operation_get",
+                    op.timeout.as_millis(),
+                    crate::tools::TIMEOUT_MAX_MS,
                 ),
             )),
         },
@@ -321,7 +326,7 @@ pub(crate) fn default_verdict(op: &Operation, outcome: &Outcome) -> Verdict {
             )),
             // A command's own failure is its result, not a server error.
             (OpKind::ShellRun | OpKind::Qualify, _) => Verdict {
-                state: OpState::Failed,
+                state: OpState::Exited,
                 error: None,
             },
             (_, Some(EXIT_BUSY)) => failed(ToolError::new(ErrorKind::ScopeBusy, stderr_tail(op))),
@@ -351,7 +356,7 @@ mod tests {
     #[test]
     fn a_command_failure_is_its_result_but_a_marsh_failure_is_an_error() {
         let run = default_verdict(&op(OpKind::ShellRun), &exited(7));
-        assert_eq!((run.state, run.error), (OpState::Failed, None));
+        assert_eq!((run.state, run.error), (OpState::Exited, None));
         let ok = default_verdict(&op(OpKind::Prewarm), &exited(0));
         assert_eq!((ok.state, ok.error), (OpState::Succeeded, None));
         let busy = default_verdict(&op(OpKind::WorkersReset), &exited(EXIT_BUSY));

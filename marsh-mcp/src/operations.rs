@@ -82,7 +82,12 @@ impl Serialize for OpKind {
 pub enum OpState {
     Queued,
     Running,
+    /// The child ran and exited 0.
     Succeeded,
+    /// A command (shell_run, qualify) ran and ended with a non-zero exit code or a
+    /// signal: its own result, not a failure of the server or the sandbox.
+    Exited,
+    /// The server, marsh or the sandbox could not do the work; `error` says why.
     Failed,
     TimedOut,
     /// A cancel was requested. Signal delivery does not prove the sandbox work
@@ -94,7 +99,11 @@ impl OpState {
     pub fn is_terminal(self) -> bool {
         match self {
             Self::Queued | Self::Running => false,
-            Self::Succeeded | Self::Failed | Self::TimedOut | Self::CancellationUncertain => true,
+            Self::Succeeded
+            | Self::Exited
+            | Self::Failed
+            | Self::TimedOut
+            | Self::CancellationUncertain => true,
         }
     }
 }
@@ -112,6 +121,18 @@ pub struct OpStatus {
     pub output_drained: bool,
 }
 
+/// Bytes of a command operation_list shows.
+pub const COMMAND_EXCERPT: usize = 200;
+
+/// The first [`COMMAND_EXCERPT`] bytes of `command`, cut on a character boundary.
+fn excerpt(command: &str) -> String {
+    let mut end = command.len().min(COMMAND_EXCERPT);
+    while !command.is_char_boundary(end) {
+        end -= 1;
+    }
+    command[..end].to_owned()
+}
+
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -127,6 +148,9 @@ pub struct Operation {
     pub scope: String,
     pub created_ms: u64,
     pub timeout: Duration,
+    /// The first [`COMMAND_EXCERPT`] bytes of the command a shell run runs, for
+    /// operation_list; `None` for other kinds.
+    pub command: Option<String>,
     status: watch::Sender<OpStatus>,
     output: Mutex<OutputLog>,
     /// The caller-facing structured result of an operation that computes one (a
@@ -136,7 +160,19 @@ pub struct Operation {
 }
 
 impl Operation {
+    #[cfg(test)]
     pub fn new(owner: SessionId, kind: OpKind, scope: String, timeout: Duration) -> Arc<Self> {
+        Self::running_command(owner, kind, scope, timeout, None)
+    }
+
+    /// [`Operation::new`] for an operation that runs `command` (its excerpt is kept).
+    pub fn running_command(
+        owner: SessionId,
+        kind: OpKind,
+        scope: String,
+        timeout: Duration,
+        command: Option<&str>,
+    ) -> Arc<Self> {
         let (status, _) = watch::channel(OpStatus {
             state: OpState::Queued,
             exit_code: None,
@@ -154,6 +190,7 @@ impl Operation {
             scope,
             created_ms: now_ms(),
             timeout,
+            command: command.map(excerpt),
             status,
             output: Mutex::new(OutputLog::default()),
             result: Mutex::new(None),
@@ -334,6 +371,16 @@ impl OperationTable {
             .find(|o| o.id == id && o.owner == session)
             .cloned()
             .ok_or_else(not_owned)
+    }
+
+    /// `session`'s operations, newest first.
+    pub fn of_session(&self, session: SessionId) -> Vec<Arc<Operation>> {
+        self.lock()
+            .iter()
+            .rev()
+            .filter(|o| o.owner == session)
+            .cloned()
+            .collect()
     }
 
     /// Cancels every live operation of `session` (its client went away).

@@ -373,7 +373,10 @@ impl OutputLog {
         // The budget is smaller than one character: complete it rather than return
         // half of it.
         let stream = &self.streams[i];
-        let Some(chunk) = stream.get(stream.first_after(end)).filter(|c| c.start <= end) else {
+        let Some(chunk) = stream
+            .get(stream.first_after(end))
+            .filter(|c| c.start <= end)
+        else {
             return end;
         };
         let rest = &chunk.data[(end - chunk.start) as usize..];
@@ -415,7 +418,9 @@ impl OutputLog {
                 .sum::<usize>()
         };
         let [out_avail, err_avail] = [available(&self.streams[0]), available(&self.streams[1])];
-        let err_share = err_avail.min(budget / 2).max(budget.saturating_sub(out_avail));
+        let err_share = err_avail
+            .min(budget / 2)
+            .max(budget.saturating_sub(out_avail));
         let err_share = err_share.min(err_avail);
         let out_share = budget - err_share.min(budget);
         let stdout = self.streams[0].newest_after(from, out_share);

@@ -88,10 +88,13 @@ impl HostPaths {
         }
     }
 
-    /// A tool's outcome, rewritten: its data, or its error message.
+    /// A tool's outcome, rewritten: its data and text, or its error message.
     pub fn redact_outcome(&self, outcome: &mut ToolResult) {
         match outcome {
-            Ok(data) => self.redact_value(data),
+            Ok(reply) => {
+                self.redact_value(&mut reply.data);
+                reply.text = self.redact_str(&reply.text);
+            }
             Err(err) => err.message = self.redact_str(&err.message),
         }
     }

@@ -67,14 +67,30 @@ fn registry_failure(e: RegistryError) -> ToolError {
 
 fn transition_failure(id: ScopeId, e: TransitionError) -> ToolError {
     match e {
-        TransitionError::Refused { from, .. } => ToolError::new(
+        TransitionError::Refused { from, event } => ToolError::new(
             ErrorKind::ScopeNotReady,
-            format!("scope {id} is {from}; that lifecycle step is not allowed from this state"),
+            format!("scope {id} is {from}; {}", way_out(from, &event)),
         ),
         TransitionError::RecoverFirst { .. } => {
             ToolError::new(ErrorKind::ScopeNotReady, format!("scope {id}: {e}"))
         }
         TransitionError::Admission(a) => admission_failure(a),
+    }
+}
+
+/// The call that gets a scope in state `from` out of a refused lifecycle `event`.
+fn way_out(from: &str, event: &Event) -> &'static str {
+    match (from, event) {
+        ("ready", Event::BeginRemove) => {
+            "only a stopped scope is removed: call scope_stop first, then scope_remove"
+        }
+        ("starting" | "resetting" | "stopping" | "removing", _) => {
+            "another lifecycle step is running on it: wait until scope_status shows ready, stopped or failed (operation_list shows its operation), then call again"
+        }
+        ("failed", _) => "recover it with scope_reset first (then scope_stop before scope_remove)",
+        _ => {
+            "scope_status shows its state; scope_reset brings it to ready and scope_stop to stopped"
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-//! The 22 tools as one enum: the single source of their names, their catalog order and
+//! The 23 tools as one enum: the single source of their names, their catalog order and
 //! the flags every other table derives from (which scope they address, title and the
 //! read-only / destructive / idempotent / open-world hints).
 //! `tools/` adds descriptions and schemas and dispatches on it exhaustively; operation
@@ -37,6 +37,7 @@ pub(crate) enum ToolName {
     ScopeReset,
     ScopeStop,
     ScopeRemove,
+    OperationList,
     OperationGet,
     OperationOutput,
     OperationCancel,
@@ -87,6 +88,7 @@ impl ToolName {
             Self::Doctor
             | Self::ScopeStart
             | Self::ScopeList
+            | Self::OperationList
             | Self::OperationGet
             | Self::OperationOutput
             | Self::OperationCancel
@@ -107,6 +109,7 @@ impl ToolName {
             | Self::ScopeStatus
             | Self::ScopeResultsList
             | Self::ScopeResultGet
+            | Self::OperationList
             | Self::OperationGet
             | Self::OperationOutput => true,
             Self::ShellRun
@@ -145,6 +148,7 @@ impl ToolName {
             Self::ScopeReset => "Reset a scope",
             Self::ScopeStop => "Stop a scope",
             Self::ScopeRemove => "Remove a scope",
+            Self::OperationList => "List this session's operations",
             Self::OperationGet => "Get an operation",
             Self::OperationOutput => "Read an operation's output",
             Self::OperationCancel => "Cancel an operation",
@@ -164,6 +168,7 @@ impl ToolName {
             | Self::ScopeStatus
             | Self::ScopeResultsList
             | Self::ScopeResultGet
+            | Self::OperationList
             | Self::OperationGet
             | Self::OperationOutput => false,
             // Warming only brings workers up; it discards nothing.
@@ -196,6 +201,7 @@ impl ToolName {
             | Self::ScopeStatus
             | Self::ScopeResultsList
             | Self::ScopeResultGet
+            | Self::OperationList
             | Self::OperationGet
             | Self::OperationOutput => true,
             // Warm workers stay warm; cold workers stay cold.
@@ -242,6 +248,7 @@ impl ToolName {
             | Self::ScopeReset
             | Self::ScopeStop
             | Self::ScopeRemove
+            | Self::OperationList
             | Self::OperationGet
             | Self::OperationOutput
             | Self::OperationCancel => false,

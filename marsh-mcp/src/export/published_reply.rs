@@ -5,8 +5,8 @@
 //! most 262144 bytes, so both encode to under 700 KB. Text views are the only part
 //! that can push a response over [`RESPONSE_BUDGET`] (a control-character-heavy view
 //! escapes to six bytes per byte); they are dropped (state `omitted`), stderr's
-//! first, until the response fits. The text content block repeats the envelope
-//! without the base64 fields, so the budget counts both blocks.
+//! first, until the response fits. The text content block is a readable rendering
+//! (the outcome, then the text views as raw text), so the budget counts both blocks.
 
 use std::sync::Arc;
 
@@ -76,26 +76,72 @@ pub fn run_data(tool_name: &str, report: &RunReport) -> Map<String, Value> {
     data
 }
 
-fn without_base64(envelope: &Value) -> Value {
-    let mut copy = envelope.clone();
-    if let Some(data) = copy.get_mut("data").and_then(Value::as_object_mut) {
-        data.retain(|k, _| !k.ends_with("_base64"));
-        data.insert(
-            "note".into(),
-            Value::from("stdout_base64/stderr_base64 are in structuredContent"),
-        );
+/// `content[0].text`: what happened on the first line, then each stream's text view
+/// as raw text (or what it is when it is not text), then cleanup and failure.
+fn readable(envelope: &Value) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    if let Some(error) = envelope.get("error") {
+        let field = |name: &str| error.get(name).and_then(Value::as_str).unwrap_or("");
+        let _ = writeln!(out, "Error ({}): {}", field("kind"), field("message"));
+        return out;
     }
-    copy
+    let data = envelope.get("data").cloned().unwrap_or(Value::Null);
+    let text = |name: &str| data.get(name).and_then(Value::as_str).unwrap_or("");
+    let how = match (
+        data.get("exit_code").and_then(Value::as_i64),
+        data.get("signal").and_then(Value::as_i64),
+    ) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(signal)) => format!("signal {signal}"),
+        (None, None) => "no exit code".to_owned(),
+    };
+    let _ = writeln!(
+        out,
+        "{}: {} ({how}) in {} ms",
+        text("tool_name"),
+        text("outcome"),
+        data.get("duration_ms").and_then(Value::as_u64).unwrap_or(0)
+    );
+    for stream in ["stdout", "stderr"] {
+        let view = text(&format!("{stream}_text"));
+        match text(&format!("{stream}_text_state")) {
+            "utf8" | "truncated" if view.is_empty() => {}
+            "utf8" | "truncated" => {
+                let _ = writeln!(out, "--- {stream} ---");
+                out.push_str(view);
+                if !view.ends_with('\n') {
+                    out.push('\n');
+                }
+            }
+            state => {
+                let _ = writeln!(
+                    out,
+                    "--- {stream}: text view {state}; {stream}_base64 has the exact bytes ---"
+                );
+            }
+        }
+        if data.get(format!("{stream}_truncated")) == Some(&Value::Bool(true)) {
+            let _ = writeln!(
+                out,
+                "({stream} exceeded max_output_bytes: the rest was discarded)"
+            );
+        }
+    }
+    let _ = writeln!(out, "cleanup_certainty: {}", text("cleanup_certainty"));
+    if let Some(failure) = data.get("failure").and_then(Value::as_str) {
+        let _ = writeln!(out, "failure: {failure}");
+    }
+    out
 }
 
 fn size_of(envelope: &Value) -> usize {
-    let text = without_base64(envelope);
     serde_json::to_vec(envelope).map_or(usize::MAX, |v| v.len())
-        + serde_json::to_vec(&text).map_or(usize::MAX, |v| v.len())
+        + crate::tools::json_len(&readable(envelope))
 }
 
 fn finish(envelope: Value, is_error: bool) -> CallToolResult {
-    let text = without_base64(&envelope).to_string();
+    let text = readable(&envelope);
     let mut result = if is_error {
         CallToolResult::error(vec![ContentBlock::text(text)])
     } else {

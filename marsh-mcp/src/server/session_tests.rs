@@ -153,7 +153,7 @@ async fn a_session_lists_calls_refuses_and_survives_bad_frames() {
     let (mut client, served, _fx) = session().await;
 
     let listed = client.request("tools/list", json!({})).await;
-    assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 22);
+    assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 23);
 
     let run = client
         .call(

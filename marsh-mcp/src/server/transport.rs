@@ -109,6 +109,39 @@ fn error_frame(raw: &str, code: i64, message: &str) -> Vec<u8> {
     with_raw_id(raw, &reply).into_bytes()
 }
 
+/// What answers a request whose reply came out larger than one frame (tool results are
+/// fitted well below it, so only an enormous request id gets here): a JSON-RPC error
+/// for the same id that names the operation the result was about, which stays
+/// readable with operation_get and operation_output.
+fn too_large_answer(raw: &str, reply: &Value, len: usize) -> Vec<u8> {
+    let data = reply.pointer("/result/structuredContent/data");
+    let field = |name: &str| {
+        data.and_then(|d| {
+            d.get(name)
+                .or_else(|| d.get("operation").and_then(|o| o.get(name)))
+        })
+        .and_then(Value::as_str)
+    };
+    let (message, data) = match (field("operation_id"), field("state")) {
+        (Some(id), state) => (
+            format!(
+                "the reply of {len} bytes exceeds the {MAX_FRAME_BYTES}-byte frame; operation {id} is {}: operation_get and operation_output read it",
+                state.unwrap_or("unknown")
+            ),
+            json!({"operation_id": id}),
+        ),
+        (None, _) => (
+            format!(
+                "the reply of {len} bytes exceeds the {MAX_FRAME_BYTES}-byte frame and was not sent"
+            ),
+            Value::Null,
+        ),
+    };
+    let error =
+        json!({"jsonrpc": "2.0", "error": {"code": -32603, "message": message, "data": data}});
+    with_raw_id(raw, &error).into_bytes()
+}
+
 /// The answer to an oversized frame: the request's id when its prefix shows one.
 fn oversized_frame(len: usize, prefix: &[u8]) -> Vec<u8> {
     let raw = request_id_in_prefix(prefix);
@@ -388,7 +421,12 @@ impl Transport<RoleServer> for LineTransport {
                 if let Some(object) = value.as_object_mut() {
                     object.remove("id");
                 }
-                Some(with_raw_id(&raw, &value).into_bytes())
+                let bytes = with_raw_id(&raw, &value).into_bytes();
+                if bytes.len() > MAX_FRAME_BYTES {
+                    tracing::warn!(len = bytes.len(), "a reply exceeds the frame cap");
+                    return Some(too_large_answer(&raw, &value, bytes.len()));
+                }
+                Some(bytes)
             }),
         };
         async move {
@@ -397,6 +435,8 @@ impl Transport<RoleServer> for LineTransport {
                 return Ok(());
             };
             if bytes.len() > MAX_FRAME_BYTES {
+                // Even the error naming the operation does not fit (its id alone is
+                // about a frame); nothing smaller can answer it.
                 return Err(TransportError::OutboundTooLarge(bytes.len()));
             }
             outbound

@@ -81,6 +81,13 @@ pub(crate) const RESULTS_LIMIT: Bound = Bound {
     max: 100,
     default: 20,
 };
+/// Up to every record the server retains.
+pub(crate) const OPERATIONS_LIMIT: Bound = Bound {
+    name: "limit",
+    min: 1,
+    max: crate::operations::RETAINED_OPERATIONS as u64,
+    default: 20,
+};
 pub(crate) const COMMAND_MAX_BYTES: usize = 65_536;
 pub(crate) const SELECTOR_MAX_BYTES: usize = 64;
 pub(crate) const SELECTION_MAX_NAMES: usize = 16;
@@ -101,15 +108,14 @@ pub(crate) struct NoArgs {}
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ShellRunArgs {
-    /// Shell command for the project shell (not a host shell); no NUL or control
-    /// characters other than tab, newline and carriage return.
+    /// Command for the project shell (not a host shell); no NUL or control characters
+    /// but tab, newline and CR.
     #[schemars(length(min = 1, max = COMMAND_MAX_BYTES))]
     pub command: String,
     /// Kill the command after this many milliseconds.
     #[schemars(range(min = TIMEOUT.min, max = TIMEOUT.max), extend("default" = TIMEOUT.default))]
     pub timeout_ms: Option<u64>,
-    /// Return inline if the command ends within this many milliseconds; otherwise
-    /// return the operation id and the output so far.
+    /// Answer inline if it ends within this many ms, else with its id and output so far.
     #[schemars(range(min = WAIT.min, max = WAIT.max), extend("default" = WAIT.default))]
     pub wait_ms: Option<u64>,
     /// Output bytes to include in this response.
@@ -126,8 +132,8 @@ pub(crate) struct ResultsListArgs {
     /// Newest receipts to return.
     #[schemars(range(min = RESULTS_LIMIT.min, max = RESULTS_LIMIT.max), extend("default" = RESULTS_LIMIT.default))]
     pub limit: Option<u64>,
-    /// Reading a stopped scope is an operation: answer inline if it ends within this
-    /// many milliseconds, else with the operation.
+    /// A stopped scope's read is an operation: answer inline if it ends within this
+    /// many ms, else with the operation.
     #[schemars(range(min = WAIT.min, max = WAIT.max), extend("default" = WAIT.default))]
     pub wait_ms: Option<u64>,
 }
@@ -139,8 +145,8 @@ pub(crate) struct ResultGetArgs {
     // The pattern states the length too: SELECTOR_MAX_BYTES (a unit test ties them).
     #[schemars(regex(pattern = r"^[0-9a-f-]{1,64}$"))]
     pub selector: String,
-    /// Reading a stopped scope is an operation: answer inline if it ends within this
-    /// many milliseconds, else with the operation.
+    /// A stopped scope's read is an operation: answer inline if it ends within this
+    /// many ms, else with the operation.
     #[schemars(range(min = WAIT.min, max = WAIT.max), extend("default" = WAIT.default))]
     pub wait_ms: Option<u64>,
 }
@@ -163,6 +169,14 @@ pub(crate) struct WaitArgs {
     /// Wait up to this many milliseconds for the operation to end.
     #[schemars(range(min = WAIT.min, max = WAIT.max), extend("default" = WAIT.default))]
     pub wait_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OperationListArgs {
+    /// Newest operations to list.
+    #[schemars(range(min = OPERATIONS_LIMIT.min, max = OPERATIONS_LIMIT.max), extend("default" = OPERATIONS_LIMIT.default))]
+    pub limit: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -6,14 +6,17 @@ use serde_json::{Value, json};
 
 use crate::error::ToolResult;
 
-/// Wraps a handler's outcome as an MCP result: the structured envelope, plus the same
-/// JSON as text for clients that ignore `structuredContent`.
+/// Wraps a handler's outcome as an MCP result: the structured envelope, and its
+/// readable text (see [`super::readable`] for why it is not the JSON again).
 pub fn into_call_result(outcome: ToolResult) -> CallToolResult {
-    let (envelope, is_error) = match outcome {
-        Ok(data) => (json!({"ok": true, "data": data}), false),
-        Err(err) => (json!({"ok": false, "error": err.to_json()}), true),
+    let (envelope, text, is_error) = match outcome {
+        Ok(reply) => (json!({"ok": true, "data": reply.data}), reply.text, false),
+        Err(err) => (
+            json!({"ok": false, "error": err.to_json()}),
+            super::readable::error_text(&err),
+            true,
+        ),
     };
-    let text = envelope.to_string();
     let mut result = if is_error {
         CallToolResult::error(vec![ContentBlock::text(text)])
     } else {

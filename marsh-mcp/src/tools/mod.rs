@@ -9,6 +9,7 @@ mod operation_reply;
 mod operation_tools;
 pub(crate) mod progress;
 mod qualify;
+mod readable;
 mod result_data;
 mod schema;
 mod scope_id_argument;
@@ -26,18 +27,23 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::WorkerStep;
 use crate::context::ServerContext;
-use crate::error::{ToolError, ToolResult};
+use crate::error::{ErrorKind, ToolError, ToolReply, ToolResult};
 use crate::operations::{OpStatus, Operation, SessionId};
 use crate::tool_table::{Addressing, ToolName};
 pub(crate) use envelope::error_schema;
 use envelope::into_call_result;
 use progress::Progress;
+use readable::Readable;
 use result_data::{
-    DoctorReport, LifecycleResult, OperationCancelResult, OperationGetResult,
+    DoctorReport, LifecycleResult, OperationCancelResult, OperationGetResult, OperationListResult,
     OperationOutputResult, OperationReport, QualifyResult, ReceiptList, ReceiptOne, ReceiptRead,
     ScopeListResult, ScopeStopResult, StatusResult, WorkersResult,
 };
 use schema::{input_schema as schema_of, output_schema};
+pub(crate) use views::json_len;
+
+/// The largest `timeout_ms` a call accepts (the advice of a timed-out operation).
+pub(crate) const TIMEOUT_MAX_MS: u64 = args::TIMEOUT.max;
 
 /// One call as a handler sees it: whose, with what arguments (`scope_id` already
 /// taken out for `scope_*` tools), the request's cancellation and where its progress
@@ -65,7 +71,7 @@ impl Call<'_> {
     }
 }
 
-const SHELL_RUN_DESCRIPTION: &str = "Run a command in the project shell (cwd = the workspace). Returns the complete result inline if it ends within wait_ms; otherwise the operation id, state `running` and the output so far, while the command keeps running. Exact `*_base64` comes when a `*_text_state` is `lossy` or `omitted`, or with include_base64.";
+const SHELL_RUN_DESCRIPTION: &str = "Run a command in the project shell (cwd = the workspace). Ends within wait_ms: the result inline; else the operation id and output so far while it runs on. Long output: head and tail inline, operation_output pages the rest. Non-UTF-8 output comes as `*_base64`.";
 
 /// A tool's description, its own arguments' schema (before `scope_id` is added) and
 /// its output schema, generated from the type its handler returns (`dispatch`).
@@ -108,7 +114,7 @@ fn describe(tool: ToolName) -> (&'static str, Arc<JsonObject>, Arc<JsonObject>) 
             output_schema::<WorkersResult>(),
         ),
         ToolName::ScopeStart => (
-            "Create a private development scope (own home, daemon, project shell, workers) over this workspace and boot it. Returns its opaque id and the boot operation. Managed mode only; at most 16 live and 128 retained generated scopes.",
+            "Create and boot a private development scope (own home, daemon, project shell, workers) over this workspace; returns its id and the boot operation. Managed mode only; at most 16 live, 128 retained.",
             schema_of::<NoArgs>(),
             output_schema::<LifecycleResult>(),
         ),
@@ -123,7 +129,7 @@ fn describe(tool: ToolName) -> (&'static str, Arc<JsonObject>, Arc<JsonObject>) 
             output_schema::<StatusResult>(),
         ),
         ToolName::ScopeResultsList => (
-            "Newest durable receipts of one scope. Reading a stopped scope takes exclusive access and always ends with an exact stop; it is an operation: inline within wait_ms, else `{operation, hint}`.",
+            "Newest durable receipts of one scope. Reading a stopped scope is an operation (exclusive, always ending with an exact stop): inline within wait_ms, else `{operation, hint}`.",
             schema_of::<ResultsListArgs>(),
             output_schema::<ReceiptRead<ReceiptList>>(),
         ),
@@ -157,6 +163,11 @@ fn describe(tool: ToolName) -> (&'static str, Arc<JsonObject>, Arc<JsonObject>) 
             schema_of::<WaitArgs>(),
             output_schema::<LifecycleResult>(),
         ),
+        ToolName::OperationList => (
+            "This session's operations, newest first: id, kind, scope, command excerpt, state, output size. Finds an id after a lost reply or when capacity_exhausted.",
+            schema_of::<OperationListArgs>(),
+            output_schema::<OperationListResult>(),
+        ),
         ToolName::OperationGet => (
             "State of one of this session's operations; wait_ms waits for it to end.",
             schema_of::<OperationGetArgs>(),
@@ -180,6 +191,34 @@ fn describe(tool: ToolName) -> (&'static str, Arc<JsonObject>, Arc<JsonObject>) 
     }
 }
 
+/// `tool`'s hints, each written only where it differs from the MCP default
+/// (readOnly false, destructive true, idempotent false, openWorld true); destructive
+/// and idempotent mean something only for a tool that is not read-only. Every byte of
+/// `tools/list` is read by the model each session, and the spec's defaults are what a
+/// client assumes for an absent hint.
+fn annotations(tool: ToolName) -> ToolAnnotations {
+    let mut hints = ToolAnnotations::new();
+    hints.read_only_hint = tool.read_only().then_some(true);
+    if !tool.read_only() {
+        hints.destructive_hint = (!tool.destructive()).then_some(false);
+        hints.idempotent_hint = tool.idempotent().then_some(true);
+    }
+    hints.open_world_hint = (!tool.open_world()).then_some(false);
+    hints
+}
+
+/// A hint as a client reads it: absent means the MCP default.
+#[cfg(test)]
+fn effective_hints(hints: &ToolAnnotations) -> [bool; 4] {
+    let read_only = hints.read_only_hint.unwrap_or(false);
+    [
+        read_only,
+        !read_only && hints.destructive_hint.unwrap_or(true),
+        read_only || hints.idempotent_hint.unwrap_or(false),
+        hints.open_world_hint.unwrap_or(true),
+    ]
+}
+
 /// The catalog entry of `tool`; `project` is the workspace's directory name.
 fn catalog_entry(tool: ToolName, project: &str) -> Tool {
     let (description, schema, output) = describe(tool);
@@ -195,11 +234,7 @@ fn catalog_entry(tool: ToolName, project: &str) -> Tool {
         Addressing::ScopeArgument => scope_id_argument::with_scope_id(schema),
         Addressing::DefaultScope | Addressing::Unscoped => schema,
     };
-    let annotations = ToolAnnotations::new()
-        .read_only(tool.read_only())
-        .destructive(tool.destructive())
-        .idempotent(tool.idempotent())
-        .open_world(tool.open_world());
+    let annotations = annotations(tool);
     Tool::new(tool.as_str(), description, schema)
         .with_title(tool.title())
         .with_raw_output_schema(output)
@@ -252,7 +287,7 @@ async fn dispatch(
     let scope = || {
         view.as_ref().ok_or_else(|| {
             ToolError::new(
-                crate::error::ErrorKind::Internal,
+                ErrorKind::Internal,
                 format!("{} addresses a scope but none was resolved", tool.as_str()),
             )
         })
@@ -286,6 +321,7 @@ async fn dispatch(
         ToolName::ScopeReset => data(scope_lifecycle::scope_reset(ctx, call, scope()?).await),
         ToolName::ScopeStop => data(scope_lifecycle::scope_stop(ctx, call, scope()?).await),
         ToolName::ScopeRemove => data(scope_lifecycle::scope_remove(ctx, call, scope()?).await),
+        ToolName::OperationList => data(operation_tools::operation_list(ctx, call)),
         ToolName::OperationGet => data(operation_tools::operation_get(ctx, call).await),
         ToolName::OperationOutput => data(operation_tools::operation_output(ctx, call).await),
         ToolName::OperationCancel => data(operation_tools::operation_cancel(ctx, call).await),
@@ -293,15 +329,18 @@ async fn dispatch(
     }
 }
 
-/// A handler's typed result as the envelope's `data`.
-fn data<T: Serialize>(result: Result<T, ToolError>) -> ToolResult {
-    let data = result?;
-    serde_json::to_value(data).map_err(|e| {
+/// A handler's typed result as the envelope's `data` and its readable text.
+fn data<T: Serialize + Readable>(result: Result<T, ToolError>) -> ToolResult {
+    let result = result?;
+    let mut text = String::new();
+    result.write_text(&mut text);
+    let data = serde_json::to_value(result).map_err(|e| {
         ToolError::new(
-            crate::error::ErrorKind::Internal,
+            ErrorKind::Internal,
             format!("a result could not be serialized: {e}"),
         )
-    })
+    })?;
+    Ok(ToolReply { data, text })
 }
 
 /// Dispatches a call. `None` means no such tool (a protocol error for the caller).
@@ -315,8 +354,28 @@ pub(crate) async fn call(
 ) -> Option<CallToolResult> {
     let tool = ToolName::parse(name)?;
     let mut outcome = dispatch(ctx, tool, session, arguments, request, progress).await;
+    if let Err(error) = &mut outcome
+        && error.kind == ErrorKind::CapacityExhausted
+    {
+        name_live_operations(error, &operation_tools::live_ids(ctx, session));
+    }
     ctx.host_paths.redact_outcome(&mut outcome);
     Some(into_call_result(outcome))
+}
+
+/// Completes a `capacity_exhausted` refusal with this session's live operations, so
+/// an agent that lost their ids can still wait for or cancel them.
+fn name_live_operations(error: &mut ToolError, live: &[String]) {
+    if live.is_empty() {
+        error.message.push_str(
+            " None of them is this session's; wait for other sessions' work to end and call again.",
+        );
+    } else {
+        error.message.push_str(&format!(
+            " This session's live operations: {}. operation_get (wait_ms) waits for one to end; operation_cancel frees its slot.",
+            live.join(", ")
+        ));
+    }
 }
 
 #[cfg(test)]
@@ -324,12 +383,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn catalog_is_the_22_tools_in_order_and_denies_unknown_fields() {
+    fn catalog_is_the_23_tools_in_order_and_denies_unknown_fields() {
         let tools = catalog("ws");
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
         let expected: Vec<&str> = ToolName::ALL.iter().map(|t| t.as_str()).collect();
         assert_eq!(names, expected);
-        assert_eq!(names.len(), 22);
+        assert_eq!(names.len(), 23);
         for t in &tools {
             assert_eq!(
                 t.input_schema.get("additionalProperties"),
@@ -350,18 +409,26 @@ mod tests {
                 t.name
             );
             assert_eq!(t.title.as_deref(), Some(tool.title()));
-            let hints = t.annotations.as_ref().unwrap();
-            assert_eq!(hints.read_only_hint, Some(tool.read_only()));
-            assert_eq!(hints.destructive_hint, Some(tool.destructive()));
-            assert_eq!(hints.idempotent_hint, Some(tool.idempotent()));
-            assert_eq!(hints.open_world_hint, Some(tool.open_world()));
+            let hints = effective_hints(t.annotations.as_ref().unwrap());
+            assert_eq!(
+                hints,
+                [
+                    tool.read_only(),
+                    tool.destructive(),
+                    tool.idempotent(),
+                    tool.open_world()
+                ],
+                "{}",
+                t.name
+            );
         }
-        let hints = |name: ToolName| tools[name as usize].annotations.clone().unwrap();
-        assert_eq!(hints(ToolName::ShellRun).destructive_hint, Some(true));
-        assert_eq!(hints(ToolName::ScopeRemove).destructive_hint, Some(true));
-        assert_eq!(hints(ToolName::Qualify).destructive_hint, Some(true));
-        assert_eq!(hints(ToolName::Prewarm).destructive_hint, Some(false));
-        assert_eq!(hints(ToolName::Status).read_only_hint, Some(true));
+        let hints =
+            |name: ToolName| effective_hints(&tools[name as usize].annotations.clone().unwrap());
+        assert!(hints(ToolName::ShellRun)[1]);
+        assert!(hints(ToolName::ScopeRemove)[1]);
+        assert!(hints(ToolName::Qualify)[1]);
+        assert!(!hints(ToolName::Prewarm)[1]);
+        assert!(hints(ToolName::Status)[0]);
     }
 
     /// Every `type` in `schema`, at any depth.

@@ -17,7 +17,6 @@ pub(crate) async fn report(
     op: &Arc<Operation>,
     wait: Duration,
     call: Call<'_>,
-    max_bytes: usize,
     opts: ViewOptions,
 ) -> OperationReport {
     let status = call.wait_for_end(op, wait).await;
@@ -25,22 +24,23 @@ pub(crate) async fn report(
         op.request_cancel();
     }
     let head = OperationHead::of(op);
-    let read = op.output().read_since(0, max_bytes);
-    let complete =
-        status.state.is_terminal() && status.output_drained && !read.capped && !read.evicted;
+    let output = output_view(opts, |budget| op.output().window(budget));
     let hint = if !status.state.is_terminal() {
-        Some("still running: poll operation_get (wait_ms) and read operation_output from next_seq")
-    } else if read.capped {
-        Some("more output is retained: call operation_output with since_seq = next_seq")
+        Some(
+            "still running: poll operation_get (wait_ms), read new output with operation_output from next_seq, or the last lines with tail_lines",
+        )
+    } else if output.tail.is_some() {
+        Some(
+            "the middle of the output is left out (tail.omitted_bytes): operation_output with since_seq = next_seq pages through it; tail_lines reads the last lines",
+        )
+    } else if output.more_to_page {
+        Some(
+            "more output is retained: operation_output with since_seq = next_seq pages on; tail_lines reads the last lines",
+        )
     } else {
         None
     };
-    OperationReport {
-        head,
-        output: output_view(&read, opts),
-        output_complete: complete,
-        hint,
-    }
+    OperationReport { head, output, hint }
 }
 
 /// [`report`] for operations whose output is a progress log (lifecycle, workers,
@@ -52,6 +52,7 @@ pub(crate) async fn report_log(
 ) -> OperationReport {
     let opts = ViewOptions {
         include_base64: false,
+        max_bytes: MAX_BYTES.default as usize,
     };
-    report(op, wait, call, MAX_BYTES.default as usize, opts).await
+    report(op, wait, call, opts).await
 }

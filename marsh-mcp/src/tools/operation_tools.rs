@@ -1,19 +1,53 @@
-//! operation_get, operation_output, operation_cancel.
+//! operation_list, operation_get, operation_output, operation_cancel.
 
 use std::time::Duration;
 
 use super::Call;
-use super::args::{self, OperationCancelArgs, OperationGetArgs, OperationOutputArgs};
-use super::result_data::{
-    OperationCancelResult, OperationGetResult, OperationOutputResult, OperationSummary, WaitResult,
+use super::args::{
+    self, OperationCancelArgs, OperationGetArgs, OperationListArgs, OperationOutputArgs,
 };
-use super::views::{ViewOptions, output_view};
+use super::result_data::{
+    OperationCancelResult, OperationGetResult, OperationListEntry, OperationListResult,
+    OperationOutputResult, OperationSummary, WaitResult,
+};
+use super::views::{ViewOptions, output_view, page};
 use crate::context::ServerContext;
 use crate::error::ToolError;
 
 /// How long operation_cancel waits for the escalation to reap the child before
 /// answering (SIGINT, SIGTERM and SIGKILL steps together take at most ~4.5 s).
 const CANCEL_SETTLE: Duration = Duration::from_secs(6);
+
+pub(crate) fn operation_list(
+    ctx: &ServerContext,
+    call: Call<'_>,
+) -> Result<OperationListResult, ToolError> {
+    let a: OperationListArgs = call.parse()?;
+    let limit = args::OPERATIONS_LIMIT.check(a.limit)? as usize;
+    let ops = ctx.ops.of_session(call.session);
+    Ok(OperationListResult {
+        live: ops
+            .iter()
+            .filter(|op| !op.status().state.is_terminal())
+            .count(),
+        more_available: ops.len() > limit,
+        operations: ops
+            .iter()
+            .take(limit)
+            .map(|op| OperationListEntry::of(op))
+            .collect(),
+    })
+}
+
+/// The ids of `session`'s live operations, for a `capacity_exhausted` refusal.
+pub(crate) fn live_ids(ctx: &ServerContext, session: crate::operations::SessionId) -> Vec<String> {
+    ctx.ops
+        .of_session(session)
+        .iter()
+        .filter(|op| !op.status().state.is_terminal())
+        .map(|op| format!("{} ({})", op.id, op.kind.as_str()))
+        .collect()
+}
 
 pub(crate) async fn operation_get(
     ctx: &ServerContext,
@@ -30,7 +64,6 @@ pub(crate) async fn operation_get(
         } else {
             WaitResult::DeadlineReached
         },
-        output_drained: status.output_drained,
     })
 }
 
@@ -49,33 +82,35 @@ pub(crate) async fn operation_output(
     }
     let op = ctx.ops.get(&a.operation_id, call.session)?;
     let status = op.status();
-    let read = if tail_lines > 0 {
-        op.output().tail(tail_lines as usize, max_bytes)
-    } else {
-        op.output().read_since(a.since_seq.unwrap_or(0), max_bytes)
-    };
+    let since = a.since_seq.unwrap_or(0);
     let opts = ViewOptions {
         include_base64: a.include_base64.unwrap_or(false),
+        max_bytes,
     };
-    let complete = status.state.is_terminal()
-        && status.output_drained
-        && !read.capped
-        && !read.evicted
-        && tail_lines == 0;
-    let hint = if read.capped {
+    let output = output_view(opts, |budget| {
+        let out = op.output();
+        page(if tail_lines > 0 {
+            out.tail(tail_lines as usize, budget)
+        } else {
+            out.read_since(since, budget)
+        })
+    });
+    let hint = if output.more_to_page {
         Some("more output is retained: call again with since_seq = next_seq")
-    } else if read.evicted {
+    } else if output.output_truncated {
         Some(
             "part of the requested range exceeded retention and is gone; start_seq shows where the returned bytes begin",
         )
+    } else if !status.state.is_terminal() {
+        Some("still running: call again with since_seq = next_seq for new output")
     } else {
         None
     };
     Ok(OperationOutputResult {
         operation_id: op.id.to_string(),
         state: status.state,
-        output: output_view(&read, opts),
-        output_complete: complete,
+        output_complete: status.state.is_terminal() && status.output_drained,
+        output,
         hint,
     })
 }

@@ -62,11 +62,23 @@ pub(crate) struct OperationHead {
     /// Elapsed so far while running; null before the start.
     pub duration_ms: Option<u64>,
     pub timeout_ms: u64,
+    /// Bytes the child wrote to each stream since the start (retained or not): the
+    /// totals, never a page's size (that is `*_page_bytes`).
+    pub stdout_total_bytes: u64,
+    pub stderr_total_bytes: u64,
+    /// The operation has ended and every byte its child wrote was captured: no more
+    /// output will appear after `latest_seq`. The one completeness flag; whether a
+    /// reply holds all of it is `more_to_page`/`output_truncated`/`tail`.
+    pub output_complete: bool,
 }
 
 impl OperationHead {
     pub(crate) fn of(op: &Operation) -> Self {
         let s = op.status();
+        let (stdout_total_bytes, stderr_total_bytes) = {
+            let out = op.output();
+            (out.written(Stream::Stdout), out.written(Stream::Stderr))
+        };
         Self {
             operation_id: op.id.to_string(),
             kind: op.kind.as_str(),
@@ -83,6 +95,9 @@ impl OperationHead {
                 .started_ms
                 .map(|start| s.finished_ms.unwrap_or_else(now_ms).saturating_sub(start)),
             timeout_ms: u64::try_from(op.timeout.as_millis()).unwrap_or(u64::MAX),
+            stdout_total_bytes,
+            stderr_total_bytes,
+            output_complete: s.state.is_terminal() && s.output_drained,
         }
     }
 }
@@ -93,9 +108,6 @@ impl OperationHead {
 pub(crate) struct OperationSummary {
     #[serde(flatten)]
     pub head: OperationHead,
-    /// Bytes written to each stream since the start (retained or not).
-    pub stdout_bytes: u64,
-    pub stderr_bytes: u64,
     pub latest_seq: u64,
     /// Only for a stopped-scope read that ended: the receipts it read.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -104,13 +116,9 @@ pub(crate) struct OperationSummary {
 
 impl OperationSummary {
     pub(crate) fn of(op: &Operation) -> Self {
-        let head = OperationHead::of(op);
-        let out = op.output();
         Self {
-            head,
-            stdout_bytes: out.written(Stream::Stdout),
-            stderr_bytes: out.written(Stream::Stderr),
-            latest_seq: out.latest_seq(),
+            head: OperationHead::of(op),
+            latest_seq: op.output().latest_seq(),
             result: op.result(),
         }
     }
@@ -124,39 +132,66 @@ pub(crate) enum TextState {
     Utf8,
     /// The bytes are not UTF-8: the text is a lossy decoding, `*_base64` is exact.
     Lossy,
-    /// The text is exact but the read was cut at `max_bytes`.
-    Truncated,
-    /// The text was left out to keep the response in one frame; `*_base64` is exact.
+    /// The text was left out to keep the reply in one frame; `*_base64` is exact.
     Omitted,
 }
 
-/// A byte-faithful read of an operation's captured output: per stream its byte count,
-/// a text view with its state and base64 whenever the text is not exact (or asked
-/// for); then the cursor fields.
+/// Both streams' bytes in one part of a reply (a page, or a window's tail): per stream
+/// its size, a text view with its state, and base64 whenever the text is not exact
+/// (or asked for).
 #[derive(Debug, Clone, Serialize, JsonSchema)]
-pub(crate) struct OutputView {
-    /// Bytes of stdout in this read.
-    pub stdout_bytes: usize,
-    pub stdout_truncated: bool,
+pub(crate) struct StreamViews {
+    /// Bytes of stdout in this part of the reply (the total is `stdout_total_bytes`).
+    pub stdout_page_bytes: usize,
     pub stdout_text: String,
     pub stdout_text_state: TextState,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stdout_base64: Option<String>,
-    pub stderr_bytes: usize,
-    pub stderr_truncated: bool,
+    pub stderr_page_bytes: usize,
     pub stderr_text: String,
     pub stderr_text_state: TextState,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stderr_base64: Option<String>,
+}
+
+/// The newest output of each stream, when a result from the start could not hold
+/// all of it: the page is then the head, this is the tail.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub(crate) struct OutputTail {
+    #[serde(flatten)]
+    pub streams: StreamViews,
+    /// Bytes of both streams after the page (`next_seq`) and before this tail that
+    /// this reply leaves out: page them from `next_seq`, or read `tail_lines`.
+    pub omitted_bytes: u64,
+}
+
+/// A byte-faithful read of an operation's captured output: the page, the cursor
+/// fields, and the flags that say what the reply does not hold.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub(crate) struct OutputView {
+    #[serde(flatten)]
+    pub page: StreamViews,
     /// Where the returned bytes begin (later than asked when retention evicted some).
     pub start_seq: u64,
     /// The cursor to continue from (`since_seq`).
     pub next_seq: u64,
     pub latest_seq: u64,
-    /// The read stopped at `max_bytes` with more retained.
-    pub capped: bool,
-    /// Part of the asked range exceeded retention and is gone.
-    pub evicted: bool,
+    /// Retained output exists after `next_seq`: reading on from it returns more.
+    pub more_to_page: bool,
+    /// Output in the range this reply covers was evicted by retention and is gone;
+    /// the only flag that means lost data.
+    pub output_truncated: bool,
+    /// Present when a result from the start could not hold everything: the page is
+    /// the head and this the newest output of each stream.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tail: Option<OutputTail>,
+    /// Something was left out to keep the reply in one 1 MiB frame: a text view
+    /// (`omitted`), a base64 view asked for, or part of the page (see `more_to_page`).
+    pub shrunk_to_fit: bool,
+    /// Whether the readable text content repeats the output (it does unless the
+    /// reply had to shrink); not part of the structured result.
+    #[serde(skip)]
+    pub text_copy: bool,
 }
 
 /// An operation and its output from the start: what every tool that starts one
@@ -167,8 +202,6 @@ pub(crate) struct OperationReport {
     pub head: OperationHead,
     #[serde(flatten)]
     pub output: OutputView,
-    /// Ended, drained, and every byte is in this response.
-    pub output_complete: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<&'static str>,
 }
@@ -298,6 +331,9 @@ pub(crate) struct StatusResult {
     pub lifecycle_in_progress: Option<&'static str>,
     pub operation_slots_free: usize,
     pub workspace_hash: String,
+    /// The kits registered in this scope (commands whose workers prewarm and
+    /// workers_reset select), from the probed runtime; empty when it was not probed.
+    pub kits: Vec<String>,
 }
 
 /// The newest receipts of a scope (results_list, scope_results_list).
@@ -307,8 +343,8 @@ pub(crate) struct ReceiptList {
     /// marsh's receipts, newest first, without host paths.
     pub results: Vec<Map<String, Value>>,
     pub returned: usize,
-    /// More receipts exist than `limit`.
-    pub truncated: bool,
+    /// More receipts exist than `limit` (nothing is lost: raise `limit`).
+    pub more_available: bool,
 }
 
 /// One receipt of a scope (result_get, scope_result_get).
@@ -341,8 +377,6 @@ pub(crate) struct OperationGetResult {
     #[serde(flatten)]
     pub summary: OperationSummary,
     pub wait_result: WaitResult,
-    /// Every byte the child wrote has been captured.
-    pub output_drained: bool,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
@@ -357,12 +391,56 @@ pub(crate) enum WaitResult {
 pub(crate) struct OperationOutputResult {
     pub operation_id: String,
     pub state: OpState,
+    /// As in every operation result: ended, and every byte captured.
+    pub output_complete: bool,
     #[serde(flatten)]
     pub output: OutputView,
-    /// Ended, drained, read forward, and nothing after `next_seq`.
-    pub output_complete: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<&'static str>,
+}
+
+/// One operation of operation_list.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub(crate) struct OperationListEntry {
+    pub operation_id: String,
+    pub kind: &'static str,
+    pub scope_id: String,
+    pub state: OpState,
+    /// The first 200 bytes of a shell_run/scope_run command; null for other kinds.
+    pub command: Option<String>,
+    pub created_ms: u64,
+    pub started_ms: Option<u64>,
+    pub finished_ms: Option<u64>,
+    pub stdout_total_bytes: u64,
+    pub stderr_total_bytes: u64,
+}
+
+impl OperationListEntry {
+    pub(crate) fn of(op: &Operation) -> Self {
+        let head = OperationHead::of(op);
+        Self {
+            operation_id: head.operation_id,
+            kind: head.kind,
+            scope_id: head.scope_id,
+            state: head.state,
+            command: op.command.clone(),
+            created_ms: head.created_ms,
+            started_ms: head.started_ms,
+            finished_ms: head.finished_ms,
+            stdout_total_bytes: head.stdout_total_bytes,
+            stderr_total_bytes: head.stderr_total_bytes,
+        }
+    }
+}
+
+/// operation_list: this session's operations, newest first.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub(crate) struct OperationListResult {
+    pub operations: Vec<OperationListEntry>,
+    /// This session's operations that have not ended (listed or not).
+    pub live: usize,
+    /// More of this session's operations are retained than `limit` listed.
+    pub more_available: bool,
 }
 
 /// operation_cancel.

@@ -389,6 +389,7 @@ mod tests {
         same_fields::<ScopeStopResult>();
         same_fields::<ScopeListResult>();
         same_fields::<OperationGetResult>();
+        same_fields::<OperationListResult>();
         same_fields::<OperationOutputResult>();
         same_fields::<OperationCancelResult>();
         same_fields::<QualifyResult>();
@@ -400,8 +401,8 @@ mod tests {
     /// published schemas require nothing).
     #[test]
     fn the_wire_fields_of_every_result_type_are_the_documented_ones() {
-        const HEAD: &str = "cancel_requested created_ms duration_ms error exit_code finished_ms kind operation_id scope_id signal started_ms state timeout_ms";
-        const OUTPUT: &str = "capped evicted latest_seq next_seq start_seq stderr_base64 stderr_bytes stderr_text stderr_text_state stderr_truncated stdout_base64 stdout_bytes stdout_text stdout_text_state stdout_truncated";
+        const HEAD: &str = "cancel_requested created_ms duration_ms error exit_code finished_ms kind operation_id output_complete scope_id signal started_ms state stderr_total_bytes stdout_total_bytes timeout_ms";
+        const OUTPUT: &str = "latest_seq more_to_page next_seq output_truncated shrunk_to_fit start_seq stderr_base64 stderr_page_bytes stderr_text stderr_text_state stdout_base64 stdout_page_bytes stdout_text stdout_text_state tail";
         const SCOPE: &str = "created_ms identity_invalid last_error last_operation scope_id state";
         let fields = |lists: &[&str]| {
             let mut names: Vec<String> = lists
@@ -413,7 +414,7 @@ mod tests {
             names.dedup();
             names
         };
-        let report = [HEAD, OUTPUT, "hint output_complete"];
+        let report = [HEAD, OUTPUT, "hint"];
         let check = |got: Vec<String>, want: Vec<String>, what: &str| {
             assert_eq!(got, want, "{what}: {}", got.join(" "));
         };
@@ -442,10 +443,10 @@ mod tests {
             fields(&[&report[..], &["scope note"]].concat()),
             "ScopeStopResult",
         );
-        let summary = [HEAD, "latest_seq result stderr_bytes stdout_bytes"];
+        let summary = [HEAD, "latest_seq result"];
         check(
             itemised(&published_data::<OperationGetResult>()),
-            fields(&[&summary[..], &["output_drained wait_result"]].concat()),
+            fields(&[&summary[..], &["wait_result"]].concat()),
             "OperationGetResult",
         );
         check(
@@ -462,9 +463,14 @@ mod tests {
             itemised(&published_data::<StatusResult>()),
             fields(&[
                 SCOPE,
-                "active_runs lifecycle_in_progress mode operation_slots_free runtime runtime_state workspace_hash",
+                "active_runs kits lifecycle_in_progress mode operation_slots_free runtime runtime_state workspace_hash",
             ]),
             "StatusResult",
+        );
+        check(
+            itemised(&published_data::<OperationListResult>()),
+            fields(&["live more_available operations"]),
+            "OperationListResult",
         );
         check(
             itemised(&published_data::<ScopeListResult>()),
@@ -473,7 +479,7 @@ mod tests {
         );
         check(
             itemised(&published_data::<ReceiptRead<ReceiptList>>()),
-            fields(&["hint operation results returned scope scope_id truncated"]),
+            fields(&["hint more_available operation results returned scope scope_id"]),
             "ReceiptRead<ReceiptList>",
         );
         check(
@@ -488,6 +494,51 @@ mod tests {
             ]),
             "DoctorReport",
         );
+    }
+
+    /// docs/tools.md has one row per field name with its one meaning, across every
+    /// tool: every name a result can carry has a row, and no row names a field that
+    /// no result has. (A name with two meanings would need two rows.)
+    #[test]
+    fn the_field_table_in_the_docs_names_every_field_once() {
+        let docs = include_str!("../../../docs/tools.md");
+        let table = docs
+            .split("<!-- field-table:start -->")
+            .nth(1)
+            .and_then(|rest| rest.split("<!-- field-table:end -->").next())
+            .expect("docs/tools.md has the field table");
+        let mut rows: Vec<String> = table
+            .lines()
+            .filter_map(|line| line.strip_prefix("| `"))
+            .filter_map(|rest| rest.split('`').next())
+            .map(str::to_owned)
+            .collect();
+        let listed = rows.len();
+        rows.sort();
+        rows.dedup();
+        assert_eq!(rows.len(), listed, "a field has two rows");
+        let mut names: Vec<String> = [
+            itemised(&published_data::<DoctorReport>()),
+            itemised(&published_data::<StatusResult>()),
+            itemised(&published_data::<ReceiptRead<ReceiptList>>()),
+            itemised(&published_data::<ReceiptRead<ReceiptOne>>()),
+            itemised(&published_data::<OperationReport>()),
+            itemised(&published_data::<WorkersResult>()),
+            itemised(&published_data::<LifecycleResult>()),
+            itemised(&published_data::<ScopeStopResult>()),
+            itemised(&published_data::<ScopeListResult>()),
+            itemised(&published_data::<OperationListResult>()),
+            itemised(&published_data::<OperationGetResult>()),
+            itemised(&published_data::<OperationOutputResult>()),
+            itemised(&published_data::<OperationCancelResult>()),
+            itemised(&published_data::<QualifyResult>()),
+            itemised(&published_data::<OutputTail>()),
+            itemised(&published_data::<OperationListEntry>()),
+        ]
+        .concat();
+        names.sort();
+        names.dedup();
+        assert_eq!(rows, names);
     }
 
     #[test]
@@ -570,7 +621,7 @@ mod tests {
             .1;
         assert_eq!(
             states,
-            &json!({"type": "string", "enum": ["utf8", "lossy", "truncated", "omitted"]})
+            &json!({"type": "string", "enum": ["utf8", "lossy", "omitted"]})
         );
         let nullable = patterns
             .iter()
@@ -579,18 +630,21 @@ mod tests {
             .1;
         assert_eq!(nullable, &json!({"type": ["integer", "null"]}));
         // A nested object keeps only its type.
-        assert_eq!(
-            data["properties"]["error"],
-            json!({"type": ["object", "null"]})
-        );
+        let error = patterns
+            .iter()
+            .find(|(k, _)| k.contains("error"))
+            .unwrap()
+            .1;
+        assert_eq!(error, &json!({"type": ["object", "null"]}));
         assert_eq!(
             data["properties"]["state"]["enum"],
             json!([
                 "queued",
                 "running",
-                "succeeded",
-                "failed",
                 "timed_out",
+                "succeeded",
+                "exited",
+                "failed",
                 "cancellation_uncertain"
             ])
         );

@@ -37,7 +37,7 @@ pub(crate) fn with_scope_id(schema: Arc<JsonObject>) -> Arc<JsonObject> {
             // of every tools/list.
             json!({
                 "type": "string",
-                "description": "`default` or a scope id (a lowercase UUID) scope_start returned"
+                "description": "`default` or an id scope_start returned"
             }),
         );
     }

@@ -68,11 +68,11 @@ pub(crate) async fn status(
 ) -> Result<StatusResult, ToolError> {
     let state = view.state();
     let (runs, lifecycle) = ctx.scopes.gate(view.id).snapshot();
+    let mut kits = Vec::new();
     let (runtime_state, runtime) = match state {
         ScopeState::Ready if !view.identity_invalid() => {
-            let home = ctx.scopes.verified_home(view)?;
-            let _permit = read_permit(ctx)?;
-            let raw = ctx.driver.query_json(&Verb::Status, &home).await?;
+            let raw = probe_status(ctx, view).await?;
+            kits = kit_names(&raw);
             let mut kept = Map::new();
             for key in RUNTIME_FIELDS {
                 if let Some(v) = raw.get(*key) {
@@ -99,7 +99,60 @@ pub(crate) async fn status(
         lifecycle_in_progress: lifecycle,
         operation_slots_free: ctx.cap.available(),
         workspace_hash: ctx.workspace_hash.clone(),
+        kits,
     })
+}
+
+/// `marsh status` of a ready scope.
+async fn probe_status(ctx: &ServerContext, view: &ScopeView) -> Result<Value, ToolError> {
+    let home = ctx.scopes.verified_home(view)?;
+    let _permit = read_permit(ctx)?;
+    ctx.driver.query_json(&Verb::Status, &home).await
+}
+
+/// The registered kits of a `marsh status` answer (its `workers`).
+fn kit_names(status: &Value) -> Vec<String> {
+    status
+        .get("workers")
+        .and_then(Value::as_array)
+        .map(|workers| {
+            workers
+                .iter()
+                .filter_map(|w| w.get("name").and_then(Value::as_str).map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Refuses a selection naming a kit the scope does not have, listing the ones it has,
+/// before anything runs.
+async fn check_kits(
+    ctx: &ServerContext,
+    view: &ScopeView,
+    selection: &str,
+) -> Result<(), ToolError> {
+    if selection == "all" {
+        return Ok(());
+    }
+    let kits = kit_names(&probe_status(ctx, view).await?);
+    match selection
+        .split(',')
+        .find(|name| !kits.iter().any(|k| k == name))
+    {
+        None => Ok(()),
+        Some(unknown) => Err(ToolError::new(
+            ErrorKind::NotFound,
+            format!(
+                "no kit named {unknown} in scope {}; {}. A kit is a command registered with marsh whose workers run its jobs; status lists them",
+                view.id,
+                if kits.is_empty() {
+                    "it has no registered kits".to_owned()
+                } else {
+                    format!("its kits are: {}", kits.join(", "))
+                }
+            ),
+        )),
+    }
 }
 
 /// A receipt query: what to ask marsh and how to shape its answer for the caller.
@@ -145,7 +198,7 @@ impl ReceiptQuery {
                     scope_id: scope.to_string(),
                     returned: results.len(),
                     results,
-                    truncated: total > *limit,
+                    more_available: total > *limit,
                 })
             }
             Self::Get { .. } => serde_json::to_value(ReceiptOne {
@@ -346,8 +399,9 @@ pub(crate) async fn run(
     let op = ticket.launch(ctx, call.session, plan, None)?;
     let opts = ViewOptions {
         include_base64: a.include_base64.unwrap_or(false),
+        max_bytes,
     };
-    let data = report(&op, wait, call, max_bytes, opts).await;
+    let data = report(&op, wait, call, opts).await;
     never_ran(&op)?;
     Ok(data)
 }
@@ -388,6 +442,7 @@ pub(crate) async fn workers(
         WorkerStep::WorkersReset => (OpKind::WorkersReset, Verb::WorkersReset(selection.clone())),
     };
     let ticket = ctx.admission().admit(view.id, Admission::Workers(step))?;
+    check_kits(ctx, view, &selection).await?;
     let plan = Plan {
         kind,
         timeout: LIFECYCLE_TIMEOUT,
