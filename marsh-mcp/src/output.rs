@@ -108,6 +108,14 @@ impl StreamLog {
         }
     }
 
+    /// Retained bytes of this stream at positions `from..`.
+    fn bytes_after(&self, from: u64) -> usize {
+        self.chunks()
+            .filter(|c| c.end() > from)
+            .map(|c| c.data.len() - from.saturating_sub(c.start) as usize)
+            .sum()
+    }
+
     fn lost_within(&self, range: &Range<u64>) -> bool {
         self.lost
             .as_ref()
@@ -115,7 +123,8 @@ impl StreamLog {
     }
 
     /// The newest bytes of this stream at positions `from..`, at most `max` of them,
-    /// starting on a character boundary (leading continuation bytes are dropped).
+    /// starting on a character boundary (leading continuation bytes are dropped) and
+    /// at a line when one begins in their first half.
     fn newest_after(&self, from: u64, max: usize) -> Vec<u8> {
         let mut pieces: Vec<&[u8]> = Vec::new();
         let mut total = 0usize;
@@ -133,12 +142,19 @@ impl StreamLog {
         for piece in pieces.iter().rev() {
             bytes.extend_from_slice(piece);
         }
-        let continuation = bytes
-            .iter()
-            .take(3)
-            .take_while(|b| is_continuation(**b))
-            .count();
-        bytes.split_off(continuation)
+        let skip = if total == self.bytes_after(from) {
+            0
+        } else {
+            match bytes[..bytes.len() / 2].iter().position(|b| *b == b'\n') {
+                Some(newline) => newline + 1,
+                None => bytes
+                    .iter()
+                    .take(3)
+                    .take_while(|b| is_continuation(**b))
+                    .count(),
+            }
+        };
+        bytes.split_off(skip)
     }
 }
 
@@ -291,6 +307,11 @@ impl OutputLog {
     /// Reads forward from `since` in position order across both streams, returning at
     /// most `max_bytes` bytes (see the module doc for where a page ends).
     pub fn read_since(&self, since: u64, max_bytes: usize) -> ReadOut {
+        self.read_page(since, max_bytes).0
+    }
+
+    /// [`Self::read_since`], and the stream and length of the newest piece it took.
+    fn read_page(&self, since: u64, max_bytes: usize) -> (ReadOut, Option<(usize, usize)>) {
         // A page stops where a lost range ahead of it begins.
         let stop_at = self
             .streams
@@ -345,7 +366,7 @@ impl OutputLog {
         }
         let [stdout, stderr] = out;
         let start_seq = start_seq.unwrap_or(pos.min(since.max(self.first_retained())));
-        ReadOut {
+        let read = ReadOut {
             stdout,
             stderr,
             start_seq,
@@ -353,7 +374,8 @@ impl OutputLog {
             latest_seq: self.next_seq,
             capped: pos < self.next_seq,
             evicted: self.lost_within(&(since..pos.max(since + 1))),
-        }
+        };
+        (read, last)
     }
 
     /// Ends the page in `out` (whose newest piece, `take` bytes of stream `i`, ends at
@@ -408,16 +430,23 @@ impl OutputLog {
                 tail: None,
             };
         }
-        let mut head = self.read_since(0, max_bytes.div_ceil(2));
+        let head_budget = max_bytes.div_ceil(2);
+        let (mut head, last) = self.read_page(0, head_budget);
+        // End the head after a line when its last line starts in the second half of it:
+        // the same read with that many bytes less.
+        if let Some((i, take)) = last {
+            let bytes = if i == 0 { &head.stdout } else { &head.stderr };
+            let after_newline = bytes.iter().rev().take(take).position(|b| *b == b'\n');
+            if let Some(cut) = after_newline.filter(|&cut| cut > 0 && cut < head_budget / 2) {
+                head = self.read_since(0, head_budget - cut);
+            }
+        }
         let from = head.next_seq;
         let budget = max_bytes.saturating_sub(head.stdout.len() + head.stderr.len());
-        let available = |s: &StreamLog| {
-            s.chunks()
-                .filter(|c| c.end() > from)
-                .map(|c| c.data.len() - from.saturating_sub(c.start) as usize)
-                .sum::<usize>()
-        };
-        let [out_avail, err_avail] = [available(&self.streams[0]), available(&self.streams[1])];
+        let [out_avail, err_avail] = [
+            self.streams[0].bytes_after(from),
+            self.streams[1].bytes_after(from),
+        ];
         let err_share = err_avail
             .min(budget / 2)
             .max(budget.saturating_sub(out_avail));

@@ -122,7 +122,7 @@ fn main() {
     }
     let elapsed = t.elapsed();
     let got = s.ok("operation_get", json!({"operation_id": id}));
-    let bytes = got["stdout_bytes"].as_u64().unwrap();
+    let bytes = got["stdout_page_bytes"].as_u64().unwrap();
     let peak = vm_hwm_kib(s.pid()).unwrap_or(0);
     println!(
         "shell_run printing 100 MB: {bytes} bytes in {:.2} s = {:.0} MB/s; marsh-mcp peak RSS {:.1} MiB (before: {:.1} MiB); state {state}",

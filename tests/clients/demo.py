@@ -13,7 +13,6 @@ names every failed step on its last line and exits 1.
 """
 
 import asyncio
-import json
 import os
 import sys
 import textwrap
@@ -39,9 +38,9 @@ def show(title, envelope, refused=None, **want):
     `want` field of `data` must have the given value."""
     print(f"\n=== {title}")
     STEPS.append(title)
+    print(textwrap.indent(envelope.get("_text", "").rstrip("\n"), "  | "))
     if not envelope.get("ok"):
         err = envelope.get("error") or {}
-        print(f"  error {err.get('kind')} (retryable={err.get('retryable')}): {err.get('message')}")
         if refused is None:
             fail(title, f"ok:false {err.get('kind')}")
         elif err.get("kind") != refused:
@@ -50,15 +49,6 @@ def show(title, envelope, refused=None, **want):
             print("  (expected refusal)")
         return envelope
     data = envelope.get("data") or {}
-    for key in ("outcome", "state", "exit_code", "operation_id", "stdout_text", "stderr_text", "stdout_text_state",
-                "output_complete", "next_seq", "latest_seq", "capped", "healthy", "mode", "runtime_state"):
-        if key in data and data[key] not in (None, ""):
-            value = data[key]
-            if isinstance(value, str) and "\n" in value:
-                print(f"  {key}:")
-                print(textwrap.indent(value.rstrip("\n"), "    | "))
-            else:
-                print(f"  {key}: {value}")
     if "stdout_base64" in data and data.get("stdout_text_state") == "lossy":
         print(f"  stdout_base64 (authoritative bytes): {data['stdout_base64']}")
     if refused is not None:
@@ -80,9 +70,9 @@ def skip(title, because):
 
 async def call(session, name, args=None):
     result = await session.call_tool(name, args or {})
-    envelope = result.structured_content
-    if envelope is None:  # older clients: fall back to the text copy
-        envelope = json.loads(result.content[0].text)
+    envelope = dict(result.structured_content or {"ok": False, "error": {"kind": "no structuredContent"}})
+    # The readable text the server writes for whoever shows `content` to a model.
+    envelope["_text"] = result.content[0].text if result.content else ""
     return envelope
 
 
@@ -114,8 +104,12 @@ async def server_demo():
                 return False
             show("shell_run: where am I, who am I", await call(session, "shell_run", {"command": "pwd; id -un; uname -s"}),
                  state="succeeded")
-            show("shell_run: separate streams and a nonzero exit",
-                 await call(session, "shell_run", {"command": "echo to-stdout; echo to-stderr >&2; exit 3"}), exit_code=3)
+            show("shell_run: separate streams and a nonzero exit (its own result: state exited)",
+                 await call(session, "shell_run", {"command": "echo to-stdout; echo to-stderr >&2; exit 3"}),
+                 state="exited", exit_code=3)
+            show("shell_run: long output shows its head and its tail (max_bytes=200)",
+                 await call(session, "shell_run", {"command": "seq 1 5000; echo the last line >&2", "max_bytes": 200}),
+                 state="succeeded")
             show("shell_run: bytes that are not UTF-8", await call(session, "shell_run", {"command": r"printf 'ok \377\376'"}),
                  state="succeeded", stdout_text_state="lossy")
             show("shell_run: the sandbox hides the scope root", await call(session, "shell_run", {"command": f"ls {root} 2>&1; echo exit=$?"}),
@@ -160,6 +154,7 @@ async def server_demo():
                 skip("operation_cancel", "the sleeping command did not start")
             show("shell_run: timeout_ms=200", await call(session, "shell_run", {"command": "sleep 30", "timeout_ms": 200}),
                  state="timed_out")
+            show("operation_list: this session's operations", await call(session, "operation_list", {"limit": 4}))
             show("prewarm all", await call(session, "prewarm", {"selection": "all"}), state="succeeded")
             show("qualify without --allow-full-sbx-control", await call(session, "qualify", {"gate": "source"}),
                  refused="disabled")

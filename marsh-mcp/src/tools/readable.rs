@@ -135,9 +135,11 @@ fn write_output(out: &mut String, view: &OutputView) {
             "The output ({shown} bytes on this page) is only in structuredContent (stdout_text, stderr_text or *_base64): this reply had to shrink to fit one frame."
         );
     } else if let Some(tail) = &view.tail {
-        sections(out, page, " (first part)");
+        sections(out, page, ", first part");
         let _ = writeln!(out, "[... {} bytes left out here ...]", tail.omitted_bytes);
-        sections(out, &tail.streams, " (last part)");
+        sections(out, &tail.streams, ", last part");
+    } else if view.latest_seq == 0 {
+        out.push_str("(no output)\n");
     } else if shown == 0 {
         out.push_str("(no output on this page)\n");
     } else {

@@ -112,7 +112,7 @@ fn background_run_reads_with_cursors_and_tail() {
         collected.push_str(page["stderr_text"].as_str().unwrap_or(""));
         assert!(page["next_seq"].as_u64().unwrap() >= since);
         since = page["next_seq"].as_u64().unwrap();
-        if page["capped"] == false {
+        if page["more_to_page"] == false {
             assert_eq!(page["output_complete"], true);
             break;
         }

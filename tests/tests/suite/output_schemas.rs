@@ -70,7 +70,7 @@ fn every_tool_answers_what_its_output_schema_describes() {
         "operation_output",
         json!({"operation_id": id, "max_bytes": 1}),
     );
-    assert_eq!(capped["capped"], true, "{capped}");
+    assert_eq!(capped["more_to_page"], true, "{capped}");
     ok(
         &mut s,
         seen,

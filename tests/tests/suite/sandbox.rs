@@ -350,7 +350,7 @@ fn a_126_of_the_command_itself_is_its_result() {
     let data = run(&mut s, "echo not-marsh >&2; exit 126");
     assert_eq!(
         (data["state"].as_str(), data["exit_code"].as_i64()),
-        (Some("failed"), Some(126))
+        (Some("exited"), Some(126))
     );
 }
 

@@ -19,7 +19,7 @@ fn natural_cwd_is_the_workspace_and_exit_status_is_reported() {
         "shell_run",
         json!({"command": "pwd; echo out; echo err >&2; exit 7"}),
     );
-    assert_eq!(data["state"], "failed");
+    assert_eq!(data["state"], "exited");
     assert_eq!(data["exit_code"], 7);
     assert_eq!(
         data["stdout_text"],
@@ -48,7 +48,7 @@ fn non_utf8_bytes_come_back_exactly() {
         b"a\xff\xfeb\x00c"
     );
     assert_eq!(decode_b64(data["stderr_base64"].as_str().unwrap()), b"\xe9");
-    assert_eq!(data["stdout_bytes"], 6);
+    assert_eq!(data["stdout_page_bytes"], 6);
     let text = s.ok(
         "shell_run",
         json!({"command": "printf 'caf\\303\\251'", "include_base64": true}),
