@@ -516,3 +516,30 @@ fn command_mode_builds_exactly_the_declared_argv_without_a_shell() {
     assert_eq!(sb.invocations(&d.home).len(), before);
     server.close();
 }
+
+/// Both streams at the output cap, escape-heavy: the reply (structured views, base64
+/// and the readable text) still fits one frame, with every byte in base64.
+#[test]
+fn an_escape_heavy_published_result_fits_one_frame() {
+    let sb = Sandbox::new();
+    let pipeline = "cat >/dev/null; head -c 262144 /dev/zero | tr '\\000' '\\001'; head -c 262144 /dev/zero | tr '\\000' '\\002' >&2";
+    let mut decl = pipeline_declaration(&sb, "noisy", pipeline);
+    decl["max_output_bytes"] = json!(262_144);
+    let d = declare(&sb, &decl);
+    let mut s = Server::start(&sb, &export_args(&sb, &d, Some(GENERATION)), &[]);
+    let reply = s.request(
+        "tools/call",
+        json!({"name": "noisy", "arguments": {"input": "x"}}),
+    );
+    let size = serde_json::to_vec(&reply).unwrap().len();
+    assert!(size < 1024 * 1024, "a reply of {size} bytes");
+    let data = &reply["result"]["structuredContent"]["data"];
+    assert_eq!(data["outcome"], "success", "{data:.300}");
+    assert_eq!(decoded(data, "stdout"), vec![1u8; 262_144]);
+    assert_eq!(decoded(data, "stderr"), vec![2u8; 262_144]);
+    let text = reply["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("noisy: success (exit code 0)"),
+        "{text:.200}"
+    );
+}

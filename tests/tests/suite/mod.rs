@@ -17,6 +17,7 @@ mod protocol;
 mod publish;
 mod published_codex;
 mod python_client;
+mod replies;
 mod sandbox;
 mod scopes;
 mod sessions;
