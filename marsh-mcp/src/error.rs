@@ -75,6 +75,23 @@ impl std::fmt::Display for ToolError {
     }
 }
 
+/// Bytes of a caller's input an error message repeats.
+const ECHO_MAX: usize = 256;
+
+/// `text` from a caller's input as an error message may repeat it: whole when short,
+/// else its first [`ECHO_MAX`] bytes (cut on a character boundary) and its length, so
+/// a refusal of a huge argument is not itself huge.
+pub fn echo_excerpt(text: &str) -> String {
+    if text.len() <= ECHO_MAX {
+        return text.to_owned();
+    }
+    let mut end = ECHO_MAX;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", &text[..end], text.len())
+}
+
 /// A successful call's result: the typed data (`structuredContent.data`) and its
 /// readable text (`content[0].text`).
 #[derive(Debug, Clone, PartialEq)]

@@ -381,10 +381,12 @@ impl OutputLog {
     /// Ends the page in `out` (whose newest piece, `take` bytes of stream `i`, ends at
     /// `end`) on a character boundary: drops a trailing incomplete character when the
     /// page keeps other bytes, else completes it from the bytes that follow it in the
-    /// same chunk. Returns where the page now ends.
+    /// same chunk. Returns where the page now ends. Only a cut inside the stream's
+    /// retained bytes is moved: bytes that end the stream (an incomplete sequence in
+    /// binary output, or a character still being written) are returned as they are.
     fn keep_last_char_whole(&self, out: &mut [Vec<u8>; 2], i: usize, take: usize, end: u64) -> u64 {
         let (cut, missing) = incomplete_char_suffix(&out[i]);
-        if cut == 0 || cut > take {
+        if cut == 0 || cut > take || self.streams[i].bytes_after(end) == 0 {
             return end;
         }
         if cut < out[0].len() + out[1].len() {

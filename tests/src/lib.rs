@@ -26,8 +26,8 @@ pub use schemas::OutputSchemas;
 
 pub const PROTOCOL_VERSION: &str = "2025-06-18";
 
-/// Exactly the 22 tools of the catalog (docs/tools.md), in catalog order.
-pub const TOOLS: [&str; 22] = [
+/// Exactly the 23 tools of the catalog (docs/tools.md), in catalog order.
+pub const TOOLS: [&str; 23] = [
     "doctor",
     "status",
     "results_list",
@@ -46,6 +46,7 @@ pub const TOOLS: [&str; 22] = [
     "scope_reset",
     "scope_stop",
     "scope_remove",
+    "operation_list",
     "operation_get",
     "operation_output",
     "operation_cancel",

@@ -147,7 +147,8 @@ impl ServerHandler for ExportSession {
                     ErrorKind::NotFound,
                     format!(
                         "unknown tool {:?}; this server exposes only {:?}",
-                        request.name, decl.tool_name
+                        crate::error::echo_excerpt(&request.name),
+                        decl.tool_name
                     ),
                 ));
             }

@@ -101,7 +101,10 @@ impl ServerHandler for McpSession {
         {
             Some(result) => Ok(result.into()),
             None => Err(McpError::invalid_params(
-                format!("unknown tool: {}", request.name),
+                format!(
+                    "unknown tool: {}",
+                    crate::error::echo_excerpt(&request.name)
+                ),
                 None,
             )),
         }

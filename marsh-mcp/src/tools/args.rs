@@ -93,11 +93,38 @@ pub(crate) const SELECTOR_MAX_BYTES: usize = 64;
 pub(crate) const SELECTION_MAX_NAMES: usize = 16;
 pub(crate) const KIT_NAME_MAX_BYTES: usize = 64;
 
+/// The arguments as `T`. A number with a zero fraction (`100.0`, `1e3`) is an integer
+/// to JSON Schema, so it is handed to serde as one; serde's message, which can repeat
+/// a huge argument, is bounded.
 pub(crate) fn parse<T: DeserializeOwned>(
     arguments: Option<Map<String, Value>>,
 ) -> Result<T, ToolError> {
-    let value = Value::Object(arguments.unwrap_or_default());
-    serde_json::from_value(value).map_err(|e| ToolError::invalid(format!("invalid arguments: {e}")))
+    let mut arguments = arguments.unwrap_or_default();
+    arguments.values_mut().for_each(as_integer_when_integral);
+    serde_json::from_value(Value::Object(arguments)).map_err(|e| {
+        ToolError::invalid(format!(
+            "invalid arguments: {}",
+            crate::error::echo_excerpt(&e.to_string())
+        ))
+    })
+}
+
+/// Integers exactly representable in a double (|n| < 2^53); larger floats are left
+/// for serde to refuse, as their integer value is not what the caller wrote.
+const EXACT_INTEGER_BOUND: f64 = 9_007_199_254_740_992.0;
+
+fn as_integer_when_integral(value: &mut Value) {
+    let Some(float) = value.as_f64().filter(|_| value.is_f64()) else {
+        return;
+    };
+    if float.fract() != 0.0 || float.abs() >= EXACT_INTEGER_BOUND {
+        return;
+    }
+    *value = if float < 0.0 {
+        Value::from(float as i64)
+    } else {
+        Value::from(float as u64)
+    };
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -154,7 +181,7 @@ pub(crate) struct ResultGetArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct SelectionArgs {
-    /// `all` or up to 16 comma-separated kit names `[a-z0-9-]{1,64}`.
+    /// `all` or up to 16 comma-separated kit names.
     #[schemars(extend("default" = "all"))]
     pub selection: Option<String>,
     /// Wait up to this many milliseconds for the operation to end.
@@ -319,6 +346,29 @@ pub(crate) fn selector(selector: &str) -> Result<&str, ToolError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn integral_numbers_are_integers_and_refusals_are_bounded() {
+        let parsed: ShellRunArgs = parse(Some(
+            json!({"command": "true", "timeout_ms": 100.0, "wait_ms": 1e3, "max_bytes": -0.0})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        ))
+        .unwrap();
+        assert_eq!(
+            (parsed.timeout_ms, parsed.wait_ms, parsed.max_bytes),
+            (Some(100), Some(1000), Some(0))
+        );
+        for fractional in [json!(100.5), json!(1e300)] {
+            let args = json!({"command": "true", "timeout_ms": fractional});
+            assert!(parse::<ShellRunArgs>(args.as_object().cloned()).is_err());
+        }
+        let huge = json!({"limit": "9".repeat(900_000)});
+        let error = parse::<ResultsListArgs>(huge.as_object().cloned()).unwrap_err();
+        assert!(error.message.len() < 400, "{}", error.message.len());
+        assert!(error.message.contains("bytes in all)"), "{}", error.message);
+    }
 
     #[test]
     fn schemas_state_the_same_bounds_the_validation_enforces() {

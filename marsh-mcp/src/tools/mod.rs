@@ -104,12 +104,12 @@ fn describe(tool: ToolName) -> (&'static str, Arc<JsonObject>, Arc<JsonObject>) 
             output_schema::<OperationReport>(),
         ),
         ToolName::Prewarm => (
-            "Warm the selected kit workers of the default scope (an operation).",
+            "Warm kit workers of the default scope (an operation). A kit is a command registered with marsh whose jobs run in workers of their own; status lists them.",
             schema_of::<SelectionArgs>(),
             output_schema::<WorkersResult>(),
         ),
         ToolName::WorkersReset => (
-            "Reset the selected kit workers of the default scope to cold (an operation); refused while they have active work.",
+            "Reset kit workers of the default scope to cold (an operation); refused while they work. A kit is a marsh-registered command; status lists them.",
             schema_of::<SelectionArgs>(),
             output_schema::<WorkersResult>(),
         ),
@@ -139,12 +139,12 @@ fn describe(tool: ToolName) -> (&'static str, Arc<JsonObject>, Arc<JsonObject>) 
             output_schema::<ReceiptRead<ReceiptOne>>(),
         ),
         ToolName::ScopePrewarm => (
-            "Warm the selected kit workers of one ready scope (an operation).",
+            "Warm kit workers of one ready scope (an operation). A kit is a marsh-registered command; scope_status lists them.",
             schema_of::<SelectionArgs>(),
             output_schema::<WorkersResult>(),
         ),
         ToolName::ScopeWorkersReset => (
-            "Reset the selected kit workers of one ready scope to cold (an operation).",
+            "Reset kit workers of one ready scope to cold (an operation). A kit is a marsh-registered command; scope_status lists them.",
             schema_of::<SelectionArgs>(),
             output_schema::<WorkersResult>(),
         ),

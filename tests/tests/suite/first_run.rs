@@ -288,7 +288,7 @@ fn the_demo_exits_0_only_when_every_step_answers_as_expected_and_names_the_faile
         "{out}"
     );
 
-    // An sbx that fails: publishing fails (a shell_run answering `failed`) and the
+    // An sbx that fails: publishing fails (a shell_run answering `exited`) and the
     // gateway session crashes; both are named on the last line, and the exit code is 1.
     let (code, out) = demo(Some("echo broken sbx >&2\nexit 1"));
     assert_eq!(code, Some(1), "{out}");
@@ -296,7 +296,7 @@ fn the_demo_exits_0_only_when_every_step_answers_as_expected_and_names_the_faile
     assert!(last.starts_with("demo FAILED: 2 step(s) of "), "{out}");
     assert!(
         last.contains(
-            "shell_run: mcp publish (inside the project shell) (state is 'failed', expected 'succeeded')"
+            "shell_run: mcp publish (inside the project shell) (state is 'exited', expected 'succeeded')"
         ),
         "{out}"
     );

@@ -166,7 +166,7 @@ fn assert_used(home: &Path) {
 }
 
 #[test]
-fn inspector_cli_lists_all_22_tools_with_titles() {
+fn inspector_cli_lists_all_23_tools_with_titles() {
     let mut t = Inspected::new();
     let out = t.run(&["--method", "tools/list"]);
     let tools = out["result"]["tools"]

@@ -148,7 +148,7 @@ fn codex_install_is_verified_idempotent_refuses_foreign_entries_and_serves_all_t
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("nothing changed"), "{stderr}");
 
-    // codex app-server lists the server with all 22 tools and calls shell_run.
+    // codex app-server lists the server with all 23 tools and calls shell_run.
     let mut cmd = Command::new(npm_bin("codex"));
     cmd.env_clear()
         .env("PATH", &c.path)
@@ -174,7 +174,7 @@ fn codex_install_is_verified_idempotent_refuses_foreign_entries_and_serves_all_t
     );
     assert_eq!(
         entry["tools"].as_object().map(|t| t.len()),
-        Some(22),
+        Some(23),
         "{entry}"
     );
     let call = app_request(

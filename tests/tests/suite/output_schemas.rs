@@ -64,6 +64,8 @@ fn every_tool_answers_what_its_output_schema_describes() {
         json!({"operation_id": id, "wait_ms": 20000}),
     );
     assert_eq!(done["wait_result"], "ended", "{done}");
+    let listed = ok(&mut s, seen, "operation_list", json!({}));
+    assert_eq!(listed["operations"][0]["operation_id"], id, "{listed}");
     let capped = ok(
         &mut s,
         seen,

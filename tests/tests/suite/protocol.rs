@@ -148,7 +148,12 @@ fn tools_list_titles_hints_and_plain_optional_parameters() {
             "idempotentHint",
             "openWorldHint",
         ] {
-            assert!(t["annotations"][hint].is_boolean(), "{} {hint}", t["name"]);
+            let value = &t["annotations"][hint];
+            assert!(
+                value.is_null() || value.is_boolean(),
+                "{} {hint}",
+                t["name"]
+            );
         }
         let schema = &t["inputSchema"];
         assert!(!schema.to_string().contains("\"null\""), "{schema}");
@@ -160,6 +165,18 @@ fn tools_list_titles_hints_and_plain_optional_parameters() {
             }
         }
     }
+    // A hint is written only where it differs from the MCP default; this is what a
+    // client reads (destructive and idempotent mean something only when not read-only).
+    let hint = |name: &str, which: &str| {
+        let a = &tool(name)["annotations"];
+        let read_only = a["readOnlyHint"].as_bool().unwrap_or(false);
+        match which {
+            "readOnlyHint" => read_only,
+            "destructiveHint" => !read_only && a[which].as_bool().unwrap_or(true),
+            "idempotentHint" => read_only || a[which].as_bool().unwrap_or(false),
+            _ => a[which].as_bool().unwrap_or(true),
+        }
+    };
     for name in [
         "shell_run",
         "scope_run",
@@ -167,13 +184,16 @@ fn tools_list_titles_hints_and_plain_optional_parameters() {
         "scope_remove",
         "workers_reset",
     ] {
-        assert_eq!(tool(name)["annotations"]["destructiveHint"], true, "{name}");
-        assert_eq!(tool(name)["annotations"]["readOnlyHint"], false, "{name}");
+        assert!(hint(name, "destructiveHint"), "{name}");
+        assert!(!hint(name, "readOnlyHint"), "{name}");
     }
-    assert_eq!(tool("shell_run")["annotations"]["idempotentHint"], false);
-    assert_eq!(tool("status")["annotations"]["readOnlyHint"], true);
-    assert_eq!(tool("status")["annotations"]["destructiveHint"], false);
-    assert_eq!(tool("prewarm")["annotations"]["destructiveHint"], false);
+    assert!(!hint("shell_run", "idempotentHint"));
+    assert!(hint("shell_run", "openWorldHint"));
+    assert!(hint("status", "readOnlyHint"));
+    assert!(!hint("status", "destructiveHint"));
+    assert!(!hint("status", "openWorldHint"));
+    assert!(!hint("prewarm", "destructiveHint"));
+    assert!(hint("operation_list", "readOnlyHint"));
     assert_eq!(tool("shell_run")["title"], "Run a shell command");
     let run = &tool("shell_run")["inputSchema"]["properties"];
     assert_eq!(run["wait_ms"]["type"], "integer");

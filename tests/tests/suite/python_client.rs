@@ -8,7 +8,7 @@ fn pypi_mcp_client_lists_and_calls_tools() {
     let sb = Sandbox::new();
     let summary = python_client_summary(&sb, "smoke.py");
     assert_eq!(summary["server"], "marsh-mcp");
-    assert_eq!(summary["tools"].as_array().unwrap().len(), 22);
+    assert_eq!(summary["tools"].as_array().unwrap().len(), 23);
     assert_eq!(
         summary["run"]["data"]["stdout_text"],
         "from-python-client\n"

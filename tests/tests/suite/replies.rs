@@ -316,3 +316,40 @@ fn paging_by_odd_byte_counts_never_splits_a_character() {
         assert_eq!(text, whole, "max_bytes {max_bytes}");
     }
 }
+
+/// A refusal repeats a bounded excerpt of a huge argument, so it arrives; a number
+/// with a zero fraction is an integer, as JSON Schema says.
+#[test]
+fn huge_arguments_are_refused_briefly_and_integral_numbers_are_integers() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb, &sb.serve_root_args(&[]), &[]);
+    let huge = "A".repeat(900_000);
+    let reply = call_reply(
+        &mut s,
+        "scope_results_list",
+        json!({"scope_id": "default", "limit": huge}),
+    );
+    let envelope = &reply["result"]["structuredContent"];
+    assert_eq!(
+        envelope["error"]["kind"], "invalid_argument",
+        "{envelope:.300}"
+    );
+    assert!(envelope["error"]["message"].as_str().unwrap().len() < 1024);
+    let unknown = s.request("tools/call", json!({"name": huge, "arguments": {}}));
+    assert_eq!(unknown["error"]["code"], -32602);
+    assert!(
+        serde_json::to_vec(&unknown).unwrap().len() < 4096,
+        "{unknown:.300}"
+    );
+
+    let run = s.ok(
+        "shell_run",
+        json!({"command": "echo integral", "timeout_ms": 100000.0, "wait_ms": 1e4, "max_bytes": 4096.0}),
+    );
+    assert_eq!(run["stdout_text"], "integral\n");
+    assert_eq!(run["timeout_ms"], 100_000);
+    assert_eq!(
+        s.err_kind("shell_run", json!({"command": "true", "timeout_ms": 100.5})),
+        "invalid_argument"
+    );
+}

@@ -495,7 +495,7 @@ fn connect_start_starts_a_broker_again_when_the_probed_one_is_gone_before_the_se
             &[("MARSH_MCP_LOG", "info")],
         ));
         initialized(&mut s);
-        assert_eq!(s.tool_names().len(), 22, "{how:?}");
+        assert_eq!(s.tool_names().len(), 23, "{how:?}");
         let ran = s.ok("shell_run", json!({"command": "echo after-the-race"}));
         assert_eq!(ran["stdout_text"], "after-the-race\n", "{how:?}: {ran}");
         let seen = fake.join().unwrap();
@@ -544,7 +544,7 @@ fn connect_start_sessions_begun_around_the_idle_expiry_all_work() {
             "offset {offset_ms} ms: initialize failed: {init}; stderr: {}",
             s.stderr()
         );
-        assert_eq!(s.tool_names().len(), 22, "offset {offset_ms} ms");
+        assert_eq!(s.tool_names().len(), 23, "offset {offset_ms} ms");
         let pid = sb.broker_pid();
         if brokers.last() != Some(&pid) {
             brokers.push(pid);
@@ -594,7 +594,7 @@ fn connect_start_waits_out_a_lease_still_held_as_its_broker_starts() {
     }
     drop(lease);
     initialized(&mut s);
-    assert_eq!(s.tool_names().len(), 22);
+    assert_eq!(s.tool_names().len(), 23);
     let ran = s.ok("shell_run", json!({"command": "echo after-the-lease"}));
     assert_eq!(ran["stdout_text"], "after-the-lease\n", "{ran}");
     let stderr = s.stderr();
