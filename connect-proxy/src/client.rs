@@ -94,11 +94,22 @@ impl BrokerClient {
             .map_err(|e| ClientError::Request(e.to_string()))
     }
 
-    /// Sends a plain request and returns the status and body (bounded).
+    /// Sends a plain request and returns the status and body (bounded, answered within
+    /// the handshake timeout).
     pub async fn call(
         &self,
         method: Method,
         path: &str,
+    ) -> Result<(StatusCode, String), ClientError> {
+        self.call_within(method, path, HANDSHAKE_TIMEOUT).await
+    }
+
+    /// [`Self::call`] for a request the broker may take up to `limit` to answer.
+    pub async fn call_within(
+        &self,
+        method: Method,
+        path: &str,
+        limit: Duration,
     ) -> Result<(StatusCode, String), ClientError> {
         let work = async {
             let (mut sender, driver) = self.sender().await?;
@@ -115,9 +126,9 @@ impl BrokerClient {
             driver.abort();
             Ok((status, body))
         };
-        tokio::time::timeout(HANDSHAKE_TIMEOUT, work)
+        tokio::time::timeout(limit, work)
             .await
-            .map_err(|_| ClientError::Timeout(HANDSHAKE_TIMEOUT))?
+            .map_err(|_| ClientError::Timeout(limit))?
     }
 
     /// `GET /v1/probe` as JSON.

@@ -175,10 +175,18 @@ fn identity_of(validated: &Validated, root: &Path) -> Result<BrokerIdentity, Con
     .map_err(ControlError::Identity)
 }
 
+/// How long `POST /v1/stop` may take: the broker first waits up to 15 s for sessions
+/// whose proxies have gone to finish their cleanup.
+const STOP_ANSWER_LIMIT: Duration = Duration::from_secs(25);
+
 /// `POST /v1/stop`, with the broker's refusal (sessions attached) as the error.
 async fn stop_running(client: &BrokerClient) -> Result<(), ControlError> {
     let (status, body) = client
-        .call(Method::POST, marsh_connect_proxy::STOP_PATH)
+        .call_within(
+            Method::POST,
+            marsh_connect_proxy::STOP_PATH,
+            STOP_ANSWER_LIMIT,
+        )
         .await?;
     if status == StatusCode::OK {
         return Ok(());

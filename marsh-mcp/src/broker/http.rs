@@ -39,8 +39,9 @@ pub const MAX_CONNECTIONS: usize = 256;
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// hyper's smallest allowed read buffer; also the bound on request headers.
 const MAX_HEADER_BYTES: usize = 8192;
-/// How long a stop request waits for sessions of vanished proxies to close.
-const STOP_SETTLE: Duration = Duration::from_secs(5);
+/// How long a stop request waits for sessions of vanished proxies to close: a session
+/// whose input ended is cancelled and gone within 15 s (see the session transport).
+const STOP_SETTLE: Duration = Duration::from_secs(15);
 
 pub struct Broker {
     pub ctx: Arc<ServerContext>,

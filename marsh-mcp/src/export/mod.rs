@@ -29,7 +29,9 @@ pub fn serve(
             marsh_framing::client_stdin(),
             marsh_framing::client_stdout(),
         );
-        run_handler(session::ExportSession::new(ctx), stdin, stdout).await
+        let input_closed = tokio_util::sync::CancellationToken::new();
+        let session = session::ExportSession::new(ctx, input_closed.clone());
+        run_handler(session, stdin, stdout, input_closed).await
     });
     runtime.shutdown_background();
     outcome.map_err(anyhow::Error::msg)

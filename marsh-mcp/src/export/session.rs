@@ -18,13 +18,14 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
 use serde_json::Value;
 use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
 
 use super::bind::bind;
 use super::published_reply::{error_result, output_schema, run_result};
 use super::run::{Bounds, run};
 use super::startup::ExportContext;
 use crate::error::{ErrorKind, ToolError};
-use crate::server::accept_initialize;
+use crate::server::{accept_initialize, call_token};
 
 /// Calls of one export server that may run at once (the product's operation cap).
 const CONCURRENT_CALLS: usize = 4;
@@ -35,15 +36,18 @@ pub struct ExportSession {
     stale: AtomicBool,
     initialized: AtomicBool,
     calls: Semaphore,
+    /// Cancelled once the input has ended and its grace passed; every call follows it.
+    input_closed: CancellationToken,
 }
 
 impl ExportSession {
-    pub fn new(ctx: Arc<ExportContext>) -> Self {
+    pub fn new(ctx: Arc<ExportContext>, input_closed: CancellationToken) -> Self {
         Self {
             ctx,
             stale: AtomicBool::new(false),
             initialized: AtomicBool::new(false),
             calls: Semaphore::new(CONCURRENT_CALLS),
+            input_closed,
         }
     }
 
@@ -166,12 +170,13 @@ impl ServerHandler for ExportSession {
                 max_output_bytes: decl.max_output_bytes as usize,
                 timeout: Duration::from_millis(u64::from(decl.timeout_ms)),
             };
+            let (cancel, _link) = call_token(&context.ct, &self.input_closed);
             run(
                 &self.ctx.driver,
                 &self.ctx.home,
                 invocation,
                 bounds,
-                &context.ct,
+                &cancel,
             )
             .await
         }

@@ -12,6 +12,7 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
 use tokio::io::{AsyncBufRead, AsyncWrite};
+use tokio_util::sync::CancellationToken;
 
 use super::transport::LineTransport;
 use crate::context::ServerContext;
@@ -20,8 +21,9 @@ use crate::tools::{self, CatalogCache};
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
 
-/// How long a closing session waits for its cancelled children to be reaped.
-const CLOSE_SETTLE: Duration = Duration::from_secs(8);
+/// How long a closing session waits for its cancelled children to be reaped (the
+/// SIGINT, SIGTERM, SIGKILL escalation takes at most ~4.5 s).
+const CLOSE_SETTLE: Duration = Duration::from_secs(6);
 
 /// The server's instructions. A registration can be account-wide (Codex), so they
 /// name the workspace's directory: an agent in another repository is not misled.
@@ -30,7 +32,8 @@ fn instructions(project: &str) -> String {
         "marsh-mcp runs commands in the marsh project shell of the workspace `{project}` (never a host shell, \
 and never another repository's, whichever one this session was opened in). \
 Use shell_run for commands: fast ones return inline; long ones return an operation id to poll with operation_get \
-and read with operation_output. Results are {{ok, data}} or {{ok:false, error:{{kind, message, retryable}}}}."
+and read with operation_output; operation_list finds your operations. structuredContent is {{ok, data}} or \
+{{ok:false, error:{{kind, message, retryable}}}}; the text content is the same result written to be read."
     )
 }
 
@@ -39,15 +42,23 @@ pub struct McpSession {
     catalog: Arc<CatalogCache>,
     session: SessionId,
     initialized: AtomicBool,
+    /// Cancelled by the transport once the input has ended and its grace passed;
+    /// every call's token follows it.
+    input_closed: CancellationToken,
 }
 
 impl McpSession {
-    pub fn new(ctx: Arc<ServerContext>, catalog: Arc<CatalogCache>) -> Self {
+    pub fn new(
+        ctx: Arc<ServerContext>,
+        catalog: Arc<CatalogCache>,
+        input_closed: CancellationToken,
+    ) -> Self {
         Self {
             ctx,
             catalog,
             session: NEXT_SESSION.fetch_add(1, Ordering::Relaxed),
             initialized: AtomicBool::new(false),
+            input_closed,
         }
     }
 
@@ -89,12 +100,13 @@ impl ServerHandler for McpSession {
     ) -> Result<CallToolResponse, McpError> {
         let progress =
             tools::progress::Progress::new(context.meta.get_progress_token(), context.peer);
+        let (cancel, _link) = call_token(&context.ct, &self.input_closed);
         match tools::call(
             &self.ctx,
             self.session,
             &request.name,
             request.arguments,
-            &context.ct,
+            &cancel,
             &progress,
         )
         .await
@@ -128,14 +140,45 @@ pub(crate) fn accept_initialize(
     Ok(())
 }
 
-/// Runs `handler` over a byte stream until the peer leaves.
-pub(crate) async fn run_handler<H, R, W>(handler: H, read: R, write: W) -> Result<(), String>
+/// A call's cancellation: cancelled when rmcp cancels `request` (the client's
+/// `notifications/cancelled`) or when the session's input has closed. The guard ends
+/// the link when the call ends.
+pub(crate) fn call_token(
+    request: &CancellationToken,
+    input_closed: &CancellationToken,
+) -> (CancellationToken, AbortOnDrop) {
+    let token = input_closed.child_token();
+    let (request, linked) = (request.clone(), token.clone());
+    let link = tokio::spawn(async move {
+        request.cancelled().await;
+        linked.cancel();
+    });
+    (token, AbortOnDrop(link))
+}
+
+/// Aborts its task when dropped.
+pub(crate) struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs `handler` over a byte stream until the peer leaves; `input_closed` is the
+/// token the transport cancels after the input ends (see [`LineTransport::spawn`]).
+pub(crate) async fn run_handler<H, R, W>(
+    handler: H,
+    read: R,
+    write: W,
+    input_closed: CancellationToken,
+) -> Result<(), String>
 where
     H: ServerHandler,
     R: AsyncBufRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let transport = LineTransport::spawn(read, write);
+    let transport = LineTransport::spawn(read, write, input_closed);
     match handler.serve(transport).await {
         Ok(running) => running
             .waiting()
@@ -158,9 +201,10 @@ where
     R: AsyncBufRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let handler = McpSession::new(Arc::clone(&ctx), catalog);
+    let input_closed = CancellationToken::new();
+    let handler = McpSession::new(Arc::clone(&ctx), catalog, input_closed.clone());
     let session = handler.id();
-    let outcome = run_handler(handler, read, write).await;
+    let outcome = run_handler(handler, read, write, input_closed).await;
     let cancelled = ctx.ops.cancel_session(session);
     if !cancelled.is_empty() {
         tracing::info!(
@@ -168,7 +212,7 @@ where
             count = cancelled.len(),
             "session ended; cancelling its operations"
         );
-        let never = tokio_util::sync::CancellationToken::new();
+        let never = CancellationToken::new();
         for op in cancelled {
             op.wait_for_end(CLOSE_SETTLE, &never).await;
         }

@@ -5,7 +5,7 @@ mod refusal;
 mod request_ids;
 mod transport;
 
-pub(crate) use handler::{accept_initialize, run_handler, serve_session};
+pub(crate) use handler::{accept_initialize, call_token, run_handler, serve_session};
 pub(crate) use refusal::refuse_first_request;
 
 #[cfg(test)]

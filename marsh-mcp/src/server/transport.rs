@@ -19,6 +19,7 @@ use rmcp::transport::Transport;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use marsh_framing::{
     Frame, FrameReader, MAX_FRAME_BYTES, oversized_error, request_id_in_prefix, with_raw_id,
@@ -29,9 +30,17 @@ use super::request_ids::RequestIds;
 
 const INBOUND_QUEUE: usize = 32;
 const OUTBOUND_QUEUE: usize = 64;
-/// How long a session whose input ended keeps serving the requests it already has.
-/// Above the longest in-request wait (55 s) plus the cancel settle time.
-const DRAIN_BOUND: Duration = Duration::from_secs(70);
+/// How long the requests in flight when the input ends may go on as asked; after it,
+/// the session's `input_closed` token is cancelled, which every call's own token
+/// follows (an inline wait ends with its operation's cancellation), and each is still
+/// answered. Quick calls sent just before EOF (a script piping requests) finish
+/// normally. (Cancelling through rmcp's `notifications/cancelled` was rejected: rmcp
+/// then sends no answer at all.)
+const EOF_GRACE: Duration = Duration::from_secs(2);
+/// How long a session whose input ended waits for its cancelled requests' answers.
+/// With [`EOF_GRACE`] and the session's cancel settle (6 s) the session ends within
+/// 15 s of EOF.
+const DRAIN_BOUND: Duration = Duration::from_secs(5);
 /// A frame begun but not completed within this ends the session's input, as a
 /// disconnect does (its operations are cancelled): a peer holding half a line would
 /// otherwise keep the session, and its operations, alive forever.
@@ -59,7 +68,9 @@ pub struct LineTransport {
 impl LineTransport {
     /// Starts the reader and writer tasks. The writer ends when every sender is gone
     /// (the transport and the reader), after flushing what was queued.
-    pub fn spawn<R, W>(read: R, write: W) -> Self
+    /// `input_closed` is cancelled [`EOF_GRACE`] after the input ends with requests
+    /// still in flight (at once when there are none).
+    pub fn spawn<R, W>(read: R, write: W, input_closed: CancellationToken) -> Self
     where
         R: AsyncBufRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
@@ -73,6 +84,7 @@ impl LineTransport {
             in_tx,
             out_tx.clone(),
             Arc::clone(&ids),
+            input_closed,
         ));
         Self {
             inbound: in_rx,
@@ -324,15 +336,17 @@ async fn read_frames<R: AsyncBufRead + Unpin>(
     inbound: mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
     outbound: mpsc::Sender<Vec<u8>>,
     ids: Arc<RequestIds>,
+    input_closed: CancellationToken,
 ) {
+    let _closed = input_closed.clone().drop_guard();
     let mut initialize_seen = false;
     loop {
         let frame = match frames.next_frame().await {
             Ok(Some(frame)) => frame,
-            Ok(None) => return,
+            Ok(None) => return end_of_input(&ids, &input_closed).await,
             Err(err) => {
                 tracing::debug!(%err, "session input failed");
-                return;
+                return end_of_input(&ids, &input_closed).await;
             }
         };
         let reply = match classify(frame, &mut initialize_seen) {
@@ -388,6 +402,18 @@ async fn read_frames<R: AsyncBufRead + Unpin>(
             return;
         }
     }
+}
+
+/// The input ended (EOF, a read error, a frame left half-written): the requests in
+/// flight get [`EOF_GRACE`] to finish, then `input_closed` cancels the rest.
+async fn end_of_input(ids: &RequestIds, input_closed: &CancellationToken) {
+    if tokio::time::timeout(EOF_GRACE, ids.drained())
+        .await
+        .is_err()
+    {
+        tracing::debug!("input ended: cancelling the requests still in flight");
+    }
+    input_closed.cancel();
 }
 
 impl Transport<RoleServer> for LineTransport {

@@ -22,4 +22,5 @@ mod sandbox;
 mod scopes;
 mod sessions;
 mod shell_run;
+mod shutdown;
 mod startup;
