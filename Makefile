@@ -25,7 +25,7 @@ NPM_PKGS  := @openai/codex@0.171.0 @anthropic-ai/claude-code@2.1.332 @modelconte
 NPM_STAMP := $(NPM_DIR)/.installed
 NPM_BINS  := codex claude mcp-inspector
 
-.PHONY: all build build-debug build-debuginfo install dev test lint unit demo bench bench-peers py-client npm-clients prereqs clean
+.PHONY: all build build-debug build-debuginfo install dev test lint unit demo bench bench-peers fuzz py-client npm-clients prereqs clean
 
 all: build
 
@@ -67,6 +67,12 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy --workspace --bins -- -D warnings
+
+## fuzz: the seeded, structure-aware protocol fuzzer against `serve` and `connect`
+## (tests/fuzz/main.rs): FUZZ_SECONDS per target (here 60; `make test` runs it for 10),
+## FUZZ_SEED to replay a printed seed
+fuzz: build-debug
+	FUZZ_SECONDS=$${FUZZ_SECONDS:-60} $(CARGO) test -p marsh-tests --test fuzz
 
 ## test: lint, unit tests, the black-box suites (they need the built binaries), and a
 ## check that every test contract/CONTRACT.md names exists
