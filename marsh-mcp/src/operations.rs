@@ -77,8 +77,11 @@ impl Serialize for OpKind {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema, strum::IntoStaticStr,
+)]
 #[serde(rename_all = "snake_case")]
+#[strum(serialize_all = "snake_case")]
 pub enum OpState {
     Queued,
     Running,
@@ -96,6 +99,11 @@ pub enum OpState {
 }
 
 impl OpState {
+    /// The state as on the wire.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
     pub fn is_terminal(self) -> bool {
         match self {
             Self::Queued | Self::Running => false,

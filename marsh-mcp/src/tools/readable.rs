@@ -255,10 +255,7 @@ impl Readable for OperationOutputResult {
             out,
             "Output of operation {} ({}), bytes {}..{} of {}:",
             self.operation_id,
-            serde_json::to_value(self.state)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default(),
+            self.state.as_str(),
             self.output.start_seq,
             self.output.next_seq,
             self.output.latest_seq,
@@ -285,10 +282,7 @@ impl Readable for OperationListResult {
                 "- {} {} {} · scope {} · {} bytes out, {} err",
                 op.operation_id,
                 op.kind,
-                serde_json::to_value(op.state)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
+                op.state.as_str(),
                 op.scope_id,
                 op.stdout_total_bytes,
                 op.stderr_total_bytes,
@@ -420,6 +414,20 @@ impl Readable for DoctorReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn states_read_as_on_the_wire() {
+        for state in [
+            OpState::Exited,
+            OpState::CancellationUncertain,
+            OpState::TimedOut,
+        ] {
+            assert_eq!(
+                serde_json::to_value(state).unwrap(),
+                Value::from(state.as_str())
+            );
+        }
+    }
 
     #[test]
     fn durations_read_well() {
