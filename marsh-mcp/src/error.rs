@@ -85,10 +85,7 @@ pub fn echo_excerpt(text: &str) -> String {
     if text.len() <= ECHO_MAX {
         return text.to_owned();
     }
-    let mut end = ECHO_MAX;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
+    let end = text.floor_char_boundary(ECHO_MAX);
     format!("{}… ({} bytes in all)", &text[..end], text.len())
 }
 

@@ -24,6 +24,20 @@ impl Default for GlobalCap {
     }
 }
 
+/// The message of the refusal at a full cap (the tool layer adds the caller's own
+/// operations to it, see [`is_slot_refusal`]).
+fn slots_full() -> String {
+    format!(
+        "all {GLOBAL_OPERATION_CAP} operation slots are in use; wait for one to finish or cancel one."
+    )
+}
+
+/// Whether `error` is the full-cap refusal (and not, say, the concurrent-read limit,
+/// which shares its kind).
+pub fn is_slot_refusal(error: &ToolError) -> bool {
+    error.kind == ErrorKind::CapacityExhausted && error.message.starts_with(&slots_full())
+}
+
 impl GlobalCap {
     pub fn new(slots: usize) -> Self {
         Self {
@@ -33,14 +47,9 @@ impl GlobalCap {
 
     /// Never waits: a full cap is an answer, not a queue.
     pub fn try_admit(&self) -> Result<OwnedSemaphorePermit, ToolError> {
-        Arc::clone(&self.slots).try_acquire_owned().map_err(|_| {
-            ToolError::new(
-                ErrorKind::CapacityExhausted,
-                format!(
-                    "all {GLOBAL_OPERATION_CAP} operation slots are in use; wait for one to finish or cancel one"
-                ),
-            )
-        })
+        Arc::clone(&self.slots)
+            .try_acquire_owned()
+            .map_err(|_| ToolError::new(ErrorKind::CapacityExhausted, slots_full()))
     }
 
     pub fn available(&self) -> usize {

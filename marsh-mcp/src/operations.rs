@@ -134,11 +134,7 @@ pub const COMMAND_EXCERPT: usize = 200;
 
 /// The first [`COMMAND_EXCERPT`] bytes of `command`, cut on a character boundary.
 fn excerpt(command: &str) -> String {
-    let mut end = command.len().min(COMMAND_EXCERPT);
-    while !command.is_char_boundary(end) {
-        end -= 1;
-    }
-    command[..end].to_owned()
+    command[..command.floor_char_boundary(COMMAND_EXCERPT)].to_owned()
 }
 
 pub fn now_ms() -> u64 {

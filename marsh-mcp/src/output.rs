@@ -108,6 +108,11 @@ impl StreamLog {
         }
     }
 
+    /// The position of this stream's first retained byte at or after `pos`.
+    fn next_retained_from(&self, pos: u64) -> Option<u64> {
+        self.get(self.first_after(pos)).map(|c| c.start.max(pos))
+    }
+
     /// Retained bytes of this stream at positions `from..`.
     fn bytes_after(&self, from: u64) -> usize {
         self.chunks()
@@ -147,11 +152,7 @@ impl StreamLog {
         } else {
             match bytes[..bytes.len() / 2].iter().position(|b| *b == b'\n') {
                 Some(newline) => newline + 1,
-                None => bytes
-                    .iter()
-                    .take(3)
-                    .take_while(|b| is_continuation(**b))
-                    .count(),
+                None => continuation_prefix(&bytes),
             }
         };
         bytes.split_off(skip)
@@ -207,6 +208,15 @@ impl Default for OutputLog {
 
 fn is_continuation(byte: u8) -> bool {
     byte & 0xC0 == 0x80
+}
+
+/// How many of the first bytes (at most 3) continue a character begun before them.
+fn continuation_prefix(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .take(3)
+        .take_while(|b| is_continuation(**b))
+        .count()
 }
 
 /// A UTF-8 character begun at the end of `bytes` but not complete: how many of its
@@ -328,8 +338,8 @@ impl OutputLog {
         let mut pos = since;
         let mut start_seq = None;
         let mut budget = max_bytes;
-        // The stream and length of the newest piece taken.
-        let mut last: Option<(usize, usize)> = None;
+        // The stream, length and end position of the newest piece taken.
+        let mut last: Option<(usize, usize, u64)> = None;
         loop {
             // The next piece is whichever stream's current chunk starts (or resumes) first.
             let next = (0..2)
@@ -356,13 +366,15 @@ impl OutputLog {
             out[i].extend_from_slice(&chunk.data[offset..offset + take]);
             budget -= take;
             pos = at + take as u64;
-            last = Some((i, take));
+            last = Some((i, take, pos));
             if offset + take == chunk.data.len() {
                 cursors[i] += 1;
             }
         }
-        if let Some((i, take)) = last {
-            pos = self.keep_last_char_whole(&mut out, i, take, pos);
+        if let Some((i, take, end)) = last
+            && let Some(moved) = self.keep_last_char_whole(&mut out, i, take, end)
+        {
+            pos = moved;
         }
         let [stdout, stderr] = out;
         let start_seq = start_seq.unwrap_or(pos.min(since.max(self.first_retained())));
@@ -373,44 +385,47 @@ impl OutputLog {
             next_seq: pos,
             latest_seq: self.next_seq,
             capped: pos < self.next_seq,
-            evicted: self.lost_within(&(since..pos.max(since + 1))),
+            evicted: self.lost_within(&(since..pos.max(since.saturating_add(1)))),
         };
-        (read, last)
+        (read, last.map(|(i, take, _)| (i, take)))
     }
 
     /// Ends the page in `out` (whose newest piece, `take` bytes of stream `i`, ends at
-    /// `end`) on a character boundary: drops a trailing incomplete character when the
-    /// page keeps other bytes, else completes it from the bytes that follow it in the
-    /// same chunk. Returns where the page now ends. Only a cut inside the stream's
-    /// retained bytes is moved: bytes that end the stream (an incomplete sequence in
-    /// binary output, or a character still being written) are returned as they are.
-    fn keep_last_char_whole(&self, out: &mut [Vec<u8>; 2], i: usize, take: usize, end: u64) -> u64 {
+    /// position `end`) on a character boundary: drops a trailing incomplete character
+    /// when the page keeps other bytes, else completes it from the bytes that follow it
+    /// in the same chunk. Returns where the page now ends, if that moved. Only a
+    /// character whose next bytes are retained is kept whole: bytes that end the stream
+    /// (an incomplete sequence in binary output, a character still being written) or
+    /// that an evicted range follows are returned as they are.
+    fn keep_last_char_whole(
+        &self,
+        out: &mut [Vec<u8>; 2],
+        i: usize,
+        take: usize,
+        end: u64,
+    ) -> Option<u64> {
         let (cut, missing) = incomplete_char_suffix(&out[i]);
-        if cut == 0 || cut > take || self.streams[i].bytes_after(end) == 0 {
-            return end;
+        let stream = &self.streams[i];
+        let continues = stream
+            .next_retained_from(end)
+            .is_some_and(|next| next == end || !stream.lost_within(&(end..next)));
+        if cut == 0 || cut > take || !continues {
+            return None;
         }
         if cut < out[0].len() + out[1].len() {
             let bytes = &mut out[i];
             bytes.truncate(bytes.len() - cut);
-            return end - cut as u64;
+            return Some(end - cut as u64);
         }
         // The budget is smaller than one character: complete it rather than return
         // half of it.
-        let stream = &self.streams[i];
-        let Some(chunk) = stream
+        let chunk = stream
             .get(stream.first_after(end))
-            .filter(|c| c.start <= end)
-        else {
-            return end;
-        };
+            .filter(|c| c.start <= end)?;
         let rest = &chunk.data[(end - chunk.start) as usize..];
-        let want = rest
-            .iter()
-            .take(missing)
-            .take_while(|b| is_continuation(**b))
-            .count();
+        let want = continuation_prefix(rest).min(missing);
         out[i].extend_from_slice(&rest[..want]);
-        end + want as u64
+        Some(end + want as u64)
     }
 
     fn first_retained(&self) -> u64 {
@@ -440,7 +455,7 @@ impl OutputLog {
             let bytes = if i == 0 { &head.stdout } else { &head.stderr };
             let after_newline = bytes.iter().rev().take(take).position(|b| *b == b'\n');
             if let Some(cut) = after_newline.filter(|&cut| cut > 0 && cut < head_budget / 2) {
-                head = self.read_since(0, head_budget - cut);
+                head = self.read_since(0, head.stdout.len() + head.stderr.len() - cut);
             }
         }
         let from = head.next_seq;
@@ -496,11 +511,7 @@ impl OutputLog {
             let mut cut = tail_lines_offset(&bytes, lines);
             if bytes.len() - cut > per_stream {
                 cut = bytes.len() - per_stream;
-                cut += bytes[cut..]
-                    .iter()
-                    .take(3)
-                    .take_while(|b| is_continuation(**b))
-                    .count();
+                cut += continuation_prefix(&bytes[cut..]);
             }
             if cut == 0 && collected.len() == s.len() && s.lost.is_some() {
                 evicted = true;
@@ -613,6 +624,33 @@ mod tests {
         let shown = window.head.stdout.len() + tail.stdout.len() + tail.stderr.len();
         assert!(shown <= 65_536);
         assert_eq!(tail.omitted_bytes + shown as u64, log.latest_seq());
+    }
+
+    /// A character split across two writes, with the other stream's evicted bytes
+    /// between them: paging at any budget returns every retained byte exactly once.
+    #[test]
+    fn a_split_character_beside_an_evicted_range_keeps_every_retained_byte() {
+        let mut log = OutputLog::default();
+        log.append(Stream::Stderr, &vec![b'e'; HEAD_PINNED]);
+        log.append(Stream::Stderr, b"z");
+        log.append(Stream::Stdout, b"x\xC3");
+        log.append(Stream::Stderr, &vec![b'f'; 2 * RETAINED_PER_STREAM]);
+        log.append(Stream::Stdout, b"\xA9y");
+        for page in 1..5 {
+            let (mut stdout, mut since) = (Vec::new(), 0);
+            loop {
+                let r = log.read_since(since, page);
+                stdout.extend_from_slice(&r.stdout);
+                if !r.capped {
+                    break;
+                }
+                assert!(r.next_seq > since);
+                since = r.next_seq;
+            }
+            assert_eq!(stdout, "xéy".as_bytes(), "page {page}");
+        }
+        // A cursor at the end of the position space is not an overflow.
+        assert!(!log.read_since(u64::MAX, 10).capped);
     }
 
     #[test]

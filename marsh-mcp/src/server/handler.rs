@@ -212,9 +212,13 @@ where
             count = cancelled.len(),
             "session ended; cancelling its operations"
         );
+        // One deadline for all of them: the session ends within CLOSE_SETTLE however
+        // many it had.
         let never = CancellationToken::new();
+        let deadline = tokio::time::Instant::now() + CLOSE_SETTLE;
         for op in cancelled {
-            op.wait_for_end(CLOSE_SETTLE, &never).await;
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            op.wait_for_end(left, &never).await;
         }
     }
     outcome

@@ -46,14 +46,16 @@ pub(crate) use views::json_len;
 pub(crate) const TIMEOUT_MAX_MS: u64 = args::TIMEOUT.max;
 
 /// One call as a handler sees it: whose, with what arguments (`scope_id` already
-/// taken out for `scope_*` tools), the request's cancellation and where its progress
-/// goes while it waits.
+/// taken out for `scope_*` tools), the request's cancellation, where its progress
+/// goes while it waits, and the host places its output views are rewritten by (so a
+/// reply is fitted to its frame as it will be sent).
 #[derive(Clone, Copy)]
 pub(crate) struct Call<'a> {
     pub session: SessionId,
     pub arguments: &'a Option<Map<String, Value>>,
     pub request: &'a CancellationToken,
     pub progress: &'a Progress,
+    pub host_paths: &'a crate::redact::HostPaths,
 }
 
 impl Call<'_> {
@@ -283,6 +285,7 @@ async fn dispatch(
         arguments: &arguments,
         request,
         progress,
+        host_paths: &ctx.host_paths,
     };
     let scope = || {
         view.as_ref().ok_or_else(|| {
@@ -355,7 +358,7 @@ pub(crate) async fn call(
     let tool = ToolName::parse(name)?;
     let mut outcome = dispatch(ctx, tool, session, arguments, request, progress).await;
     if let Err(error) = &mut outcome
-        && error.kind == ErrorKind::CapacityExhausted
+        && crate::global_cap::is_slot_refusal(error)
     {
         name_live_operations(error, &operation_tools::live_ids(ctx, session));
     }

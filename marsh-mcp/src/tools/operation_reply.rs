@@ -24,7 +24,7 @@ pub(crate) async fn report(
         op.request_cancel();
     }
     let head = OperationHead::of(op);
-    let output = output_view(opts, |budget| op.output().window(budget));
+    let output = output_view(opts, call.host_paths, |budget| op.output().window(budget));
     let hint = if !status.state.is_terminal() {
         Some(
             "still running: poll operation_get (wait_ms), read new output with operation_output from next_seq, or the last lines with tail_lines",

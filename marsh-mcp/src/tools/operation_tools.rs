@@ -87,7 +87,7 @@ pub(crate) async fn operation_output(
         include_base64: a.include_base64.unwrap_or(false),
         max_bytes,
     };
-    let output = output_view(opts, |budget| {
+    let output = output_view(opts, call.host_paths, |budget| {
         let out = op.output();
         page(if tail_lines > 0 {
             out.tail(tail_lines as usize, budget)

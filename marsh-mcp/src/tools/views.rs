@@ -15,15 +15,17 @@
 //! 4. the page (and a window's tail) shrinks by half, again and again; the rest stays
 //!    readable with `operation_output`.
 //!
-//! The operation's id, state and cursor fields are never dropped. The budget leaves
-//! room for them, the rest of the result and the JSON-RPC envelope; a reply that still
-//! exceeds the frame (only with an enormous request id) is answered by the transport
-//! with a JSON-RPC error naming the operation.
+//! The operation's id, state and cursor fields are never dropped. Text views are
+//! costed after host-path rewriting, as they are sent. The budget leaves room for the
+//! rest of the result and the JSON-RPC envelope; a reply that still exceeds the frame
+//! (only with an enormous request id) is answered by the transport with a JSON-RPC
+//! error naming the operation.
 
 use base64::Engine;
 
 use super::result_data::{OutputTail, OutputView, StreamViews, TextState};
 use crate::output::{ReadOut, TailOut, Window};
+use crate::redact::HostPaths;
 
 /// Serialized bytes the output may take in one reply, counting all of its copies.
 pub(crate) const OUTPUT_BUDGET: usize = marsh_framing::MAX_FRAME_BYTES - 48 * 1024;
@@ -65,11 +67,14 @@ struct StreamView {
 }
 
 impl StreamView {
-    fn of(bytes: Vec<u8>, include_base64: bool) -> Self {
+    /// The text is rewritten here, as the reply's final gate would (rewriting is
+    /// idempotent), so its cost is measured as sent: a role name can be longer than
+    /// the host path it replaces.
+    fn of(bytes: Vec<u8>, include_base64: bool, host_paths: &HostPaths) -> Self {
         let (text, state) = match std::str::from_utf8(&bytes) {
-            Ok(text) => (text.to_owned(), TextState::Utf8),
+            Ok(text) => (host_paths.redact_str(text), TextState::Utf8),
             Err(_) => (
-                String::from_utf8_lossy(&bytes).into_owned(),
+                host_paths.redact_str(&String::from_utf8_lossy(&bytes)),
                 TextState::Lossy,
             ),
         };
@@ -116,10 +121,10 @@ impl StreamView {
 struct Part([StreamView; 2]);
 
 impl Part {
-    fn of(stdout: Vec<u8>, stderr: Vec<u8>, include_base64: bool) -> Self {
+    fn of(stdout: Vec<u8>, stderr: Vec<u8>, include_base64: bool, host_paths: &HostPaths) -> Self {
         Self([
-            StreamView::of(stdout, include_base64),
-            StreamView::of(stderr, include_base64),
+            StreamView::of(stdout, include_base64, host_paths),
+            StreamView::of(stderr, include_base64, host_paths),
         ])
     }
 
@@ -187,7 +192,11 @@ impl Fitted {
 
 /// The output view of the reads `read` makes: at `opts.max_bytes` first, then (step 4)
 /// at half the budget each time until the view fits [`OUTPUT_BUDGET`].
-pub fn output_view(opts: ViewOptions, read: impl Fn(usize) -> Window) -> OutputView {
+pub fn output_view(
+    opts: ViewOptions,
+    host_paths: &HostPaths,
+    read: impl Fn(usize) -> Window,
+) -> OutputView {
     let mut budget = opts.max_bytes;
     let mut halved = false;
     loop {
@@ -201,15 +210,22 @@ pub fn output_view(opts: ViewOptions, read: impl Fn(usize) -> Window) -> OutputV
             capped,
             evicted,
         } = head;
-        let mut parts = vec![Part::of(stdout, stderr, opts.include_base64)];
+        let mut parts = vec![Part::of(stdout, stderr, opts.include_base64, host_paths)];
         let omitted = tail.map(|t: TailOut| {
-            parts.push(Part::of(t.stdout, t.stderr, opts.include_base64));
+            parts.push(Part::of(
+                t.stdout,
+                t.stderr,
+                opts.include_base64,
+                host_paths,
+            ));
             t.omitted_bytes
         });
         let fitted = Fitted::fit(parts);
         if fitted.cost() <= OUTPUT_BUDGET || budget <= MIN_PAGE {
             let mut parts = fitted.parts.into_iter().map(Part::into_views);
-            let page = parts.next().unwrap_or_else(empty_views);
+            let page = parts.next().unwrap_or_else(|| {
+                Part::of(Vec::new(), Vec::new(), false, host_paths).into_views()
+            });
             let tail = parts
                 .next()
                 .zip(omitted)
@@ -232,10 +248,6 @@ pub fn output_view(opts: ViewOptions, read: impl Fn(usize) -> Window) -> OutputV
         budget /= 2;
         halved = true;
     }
-}
-
-fn empty_views() -> StreamViews {
-    Part::of(Vec::new(), Vec::new(), false).into_views()
 }
 
 /// A forward or tail read as a window without a tail.
@@ -267,7 +279,10 @@ mod tests {
             include_base64,
             max_bytes: 262_144,
         };
-        output_view(opts, |max| page(read(&bytes[..bytes.len().min(max)])))
+        let paths = HostPaths::new(std::path::Path::new("/ws"), Vec::new());
+        output_view(opts, &paths, |max| {
+            page(read(&bytes[..bytes.len().min(max)]))
+        })
     }
 
     #[test]
