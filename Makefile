@@ -25,7 +25,7 @@ NPM_PKGS  := @openai/codex@0.171.0 @anthropic-ai/claude-code@2.1.332 @modelconte
 NPM_STAMP := $(NPM_DIR)/.installed
 NPM_BINS  := codex claude mcp-inspector
 
-.PHONY: all build build-debug build-debuginfo install dev test lint unit demo bench bench-peers fuzz py-client npm-clients prereqs clean
+.PHONY: all build build-debug build-debuginfo install dev test lint unit demo bench bench-peers fuzz chaos py-client npm-clients prereqs clean
 
 all: build
 
@@ -73,6 +73,12 @@ lint:
 ## FUZZ_SEED to replay a printed seed
 fuzz: build-debug
 	FUZZ_SECONDS=$${FUZZ_SECONDS:-60} $(CARGO) test -p marsh-tests --test fuzz
+
+## chaos: seeded fault injection (tests/chaos/main.rs): SIGKILL of the broker, a marsh,
+## a marshd or a proxy during scope lifecycle work, then every scope back to rest by
+## tool calls; CHAOS_ROUNDS (here 20; `make test` runs 4), CHAOS_SEED to replay
+chaos: build-debug
+	CHAOS_ROUNDS=$${CHAOS_ROUNDS:-20} $(CARGO) test -p marsh-tests --test chaos
 
 ## test: lint, unit tests, the black-box suites (they need the built binaries), and a
 ## check that every test contract/CONTRACT.md names exists
