@@ -502,6 +502,26 @@ impl Transport<RoleServer> for LineTransport {
 mod tests {
     use super::*;
 
+    /// A reply too large for a frame becomes an error for the same id that names the
+    /// operation (here a stopped-scope read, whose operation is nested).
+    #[test]
+    fn a_too_large_reply_names_its_operation() {
+        for data in [
+            json!({"operation_id": "op-1", "state": "running"}),
+            json!({"operation": {"operation_id": "op-1", "state": "running"}}),
+        ] {
+            let reply = json!({"result": {"structuredContent": {"ok": true, "data": data}}});
+            let line = String::from_utf8(too_large_answer("18446744073709551617", &reply, 2 << 20))
+                .unwrap();
+            assert!(line.contains(r#""id":18446744073709551617"#), "{line}");
+            let value: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(value["error"]["code"], -32603);
+            assert_eq!(value["error"]["data"]["operation_id"], "op-1");
+            let message = value["error"]["message"].as_str().unwrap();
+            assert!(message.contains("op-1 is running") && message.contains("operation_output"));
+        }
+    }
+
     fn line(text: &str) -> Frame {
         Frame::Line(text.as_bytes().to_vec())
     }

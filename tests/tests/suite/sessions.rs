@@ -365,6 +365,11 @@ fn a_second_serve_on_a_leased_root_says_so_in_the_initialize_reply() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(1));
+    // The stderr reader thread may still be collecting the last bytes after the exit.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !second.stderr().contains("leased") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(second.stderr().contains("leased"), "{}", second.stderr());
     first.close();
 }
