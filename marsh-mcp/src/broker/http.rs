@@ -112,16 +112,21 @@ impl Broker {
                     continue;
                 }
             };
+            // The peer's uid is checked before anything is read or a connection slot
+            // taken: a foreign process cannot hold slots through the header phase.
+            if !stream.peer_cred().is_ok_and(|cred| cred.uid() == euid) {
+                tokio::spawn(refuse_raw(stream, Refused::PeerUid));
+                continue;
+            }
             let Ok(permit) = Arc::clone(&self.connections).try_acquire_owned() else {
-                tokio::spawn(refuse_raw(stream));
+                tokio::spawn(refuse_raw(stream, Refused::TooManyConnections));
                 continue;
             };
-            let same_user = stream.peer_cred().is_ok_and(|cred| cred.uid() == euid);
             let broker = Arc::clone(self);
             tokio::spawn(async move {
                 let service = service_fn(move |req| {
                     let broker = Arc::clone(&broker);
-                    async move { Ok::<_, Infallible>(broker.route(req, same_user).await) }
+                    async move { Ok::<_, Infallible>(broker.route(req).await) }
                 });
                 let served = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
@@ -138,19 +143,12 @@ impl Broker {
         }
     }
 
-    async fn route(self: Arc<Self>, req: Request<Incoming>, same_user: bool) -> Response<Body> {
-        if !same_user {
-            return refusal(
-                StatusCode::FORBIDDEN,
-                "peer_uid",
-                "the connecting process does not run as the broker's user",
-            );
-        }
+    async fn route(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
         let presented = req
             .headers()
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(bearer_credentials)
             .unwrap_or("");
         if !token_matches(presented, &self.token) {
             return refusal(
@@ -264,11 +262,42 @@ impl Broker {
 }
 
 /// Over the connection bound: a minimal typed 503, then close.
-async fn refuse_raw(mut stream: UnixStream) {
-    let body = json!({"error": {"kind": "too_many_connections", "message": format!("{MAX_CONNECTIONS} connections are open")}}).to_string();
+/// Why a connection is answered and closed before anything is read from it.
+#[derive(Debug, Clone, Copy)]
+enum Refused {
+    /// The connecting process does not run as the broker's user (`SO_PEERCRED`).
+    PeerUid,
+    /// [`MAX_CONNECTIONS`] are open.
+    TooManyConnections,
+}
+
+/// Answers `stream` with one HTTP response without reading it, then closes it.
+async fn refuse_raw(mut stream: UnixStream, why: Refused) {
+    let (status, kind, message) = match why {
+        Refused::PeerUid => (
+            "403 Forbidden",
+            "peer_uid",
+            "the connecting process does not run as the broker's user".to_string(),
+        ),
+        Refused::TooManyConnections => (
+            "503 Service Unavailable",
+            "too_many_connections",
+            format!("{MAX_CONNECTIONS} connections are open"),
+        ),
+    };
+    let body = json!({"error": {"kind": kind, "message": message}}).to_string();
     let reply = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(reply.as_bytes())).await;
+}
+
+/// The credentials of an `Authorization` value in the `Bearer` scheme, whose name is
+/// case-insensitive (RFC 7235); `None` for another scheme.
+fn bearer_credentials(value: &str) -> Option<&str> {
+    let (scheme, credentials) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| credentials.trim_start_matches(' '))
 }

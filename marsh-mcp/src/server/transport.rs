@@ -2,7 +2,8 @@
 //! reader in front, one writer task behind.
 //!
 //! Invariants: every inbound line is either handed to rmcp as a parsed message or
-//! answered here with a JSON-RPC error (oversized, unparseable, not JSON-RPC, a batch,
+//! answered here with a JSON-RPC error (oversized, unparseable, not a JSON object, an
+//! object with a duplicate key at any depth, not JSON-RPC, a batch,
 //! a request before `initialize`, a `tools/call` without a name or with non-object
 //! arguments, a request whose id is still in flight); no frame larger than the cap is
 //! ever buffered; outbound frames are serialized and written by one task, so replies
@@ -26,6 +27,7 @@ use marsh_framing::{
 };
 use serde_json::value::RawValue;
 
+use super::duplicate_keys;
 use super::request_ids::RequestIds;
 
 const INBOUND_QUEUE: usize = 32;
@@ -218,10 +220,37 @@ fn classify(frame: Frame, initialize_seen: &mut bool) -> Inbound {
             "invalid request: batches (JSON arrays) are not supported; send one message per line",
         ));
     }
+    if !value.is_object() {
+        return Inbound::Reply(error_frame(
+            "null",
+            -32600,
+            "invalid request: a JSON-RPC message is a JSON object, one per line",
+        ));
+    }
     let id = match serde_json::from_slice::<IdText>(&line) {
         Ok(text) => text.id.map(|raw| raw.get().to_string()),
         Err(_) => value.get("id").map(Value::to_string),
     };
+    if let Some(path) = duplicate_keys::first_duplicate(&line) {
+        let (code, what) = if path.starts_with("params.arguments.") {
+            (-32602, "invalid params")
+        } else {
+            (-32600, "invalid request")
+        };
+        // A duplicated id has no one value to echo.
+        let raw = match (&id, path.as_str()) {
+            (Some(raw), p) if p != "id" => raw.as_str(),
+            _ => "null",
+        };
+        return Inbound::Reply(error_frame(
+            raw,
+            code,
+            &format!(
+                "{what}: the key `{}` appears twice in one object; send each key once",
+                crate::error::echo_excerpt(&path)
+            ),
+        ));
+    }
     let cancelled_id = serde_json::from_slice::<CancellationText>(&line)
         .ok()
         .map(|text| text.params.request_id.get().to_string());

@@ -343,3 +343,93 @@ fn a_scope_root_of_two_hundred_characters_still_works() {
     );
     assert!(long_root.join("scopes.json").exists());
 }
+
+/// A process of another uid on a loosened socket holds 300 connections open without
+/// sending a byte: the broker refuses each at accept (`SO_PEERCRED`), so its own user's
+/// probe still gets through at once instead of finding every slot taken.
+#[test]
+fn a_foreign_uid_cannot_hold_the_broker_connection_slots() {
+    if marsh_tests::skip_unless_root("setpriv to the uid nobody") {
+        return;
+    }
+    let sb = Sandbox::new();
+    started(&sb);
+    let dir = sb.broker_dir().unwrap();
+    for path in [sb.state(), sb.runtime_base(), dir.clone()] {
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let socket = dir.join("broker.sock");
+    fs::set_permissions(&socket, fs::Permissions::from_mode(0o777)).unwrap();
+    let hold = format!(
+        "import socket, sys, time\n\
+         held = []\n\
+         for _ in range(300):\n\
+         \x20   s = socket.socket(socket.AF_UNIX)\n\
+         \x20   s.connect({:?})\n\
+         \x20   held.append(s)\n\
+         print('held', flush=True)\n\
+         time.sleep(20)\n",
+        socket.display().to_string()
+    );
+    let mut holder = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            &hold,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = [0u8; 5];
+    holder
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut line)
+        .unwrap();
+    assert_eq!(&line, b"held\n");
+    let asked = Instant::now();
+    let status = curl_probe(&sb, false);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    assert_eq!(
+        status, "200",
+        "the owner's probe while another uid holds 300 connections"
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        asked.elapsed()
+    );
+}
+
+/// The `Bearer` scheme name is case-insensitive (RFC 7235).
+#[test]
+fn the_bearer_scheme_name_is_case_insensitive() {
+    let sb = Sandbox::new();
+    started(&sb);
+    let dir = sb.broker_dir().unwrap();
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--unix-socket",
+            ])
+            .arg(dir.join("broker.sock"))
+            .args([
+                "-H",
+                &format!("Authorization: {scheme} {}", token(&sb)),
+                "http://broker/v1/probe",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "200", "{scheme}");
+    }
+}

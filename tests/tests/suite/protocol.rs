@@ -566,3 +566,43 @@ fn request_ids_are_kept_exactly_as_sent() {
     drop(stdin);
     assert!(child.wait().unwrap().success());
 }
+
+/// A frame with a duplicate key anywhere is refused before anything runs (serde keeps
+/// the last one, a policy layer in front might keep the first), with the request's id
+/// and `-32602` when the duplicate is in the arguments; a top-level JSON value that is
+/// not an object gets an error with `id: null` instead of silence.
+#[test]
+fn duplicate_keys_and_non_object_lines_are_refused() {
+    let sb = Sandbox::new();
+    let mut s = Server::start(&sb, &sb.serve_home_args(&[]), &[]);
+    s.send_raw(br#"{"jsonrpc":"2.0","id":71,"method":"tools/call","params":{"name":"doctor","name":"shell_run","arguments":{"command":"touch dup-name"}}}"#);
+    s.send_raw(b"\n");
+    let reply = s.reply_to(71);
+    assert_eq!(reply["error"]["code"], -32600, "{reply}");
+    s.send_raw(br#"{"jsonrpc":"2.0","id":72,"method":"tools/call","params":{"name":"shell_run","arguments":{"command":"true","command":"touch dup-arg"}}}"#);
+    s.send_raw(b"\n");
+    let reply = s.reply_to(72);
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("params.arguments.command"),
+        "{reply}"
+    );
+    for line in ["\"a string\"", "42", "null", "true"] {
+        s.send_raw(format!("{line}\n").as_bytes());
+        let answer = s
+            .recv(Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("no answer to {line}"));
+        assert_eq!(answer["id"], Value::Null, "{answer}");
+        assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    }
+    // Nothing ran, and the session goes on.
+    assert_eq!(
+        s.ok("shell_run", json!({"command": "ls"}))["stdout_text"],
+        ""
+    );
+    assert!(!sb.workspace().join("dup-name").exists());
+    assert!(!sb.workspace().join("dup-arg").exists());
+}
