@@ -59,16 +59,27 @@ const BWRAP_CANDIDATES: [&str; 3] = ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "
 /// server's uid, they would change the host kernel (`/proc/sys/kernel/core_pattern`
 /// runs a program as host root on the next crash; `/proc/sysrq-trigger` can reboot).
 pub const PROC_READ_ONLY: [&str; 5] = ["sys", "sysrq-trigger", "irq", "bus", "fs"];
-/// `/proc` files replaced by an empty file: kernel memory, keys and timing internals.
-pub const PROC_MASKED_FILES: [&str; 5] = [
+/// `/proc` files replaced by an empty file: kernel memory, keys, timing internals and
+/// the allocator and page tables (the container runtimes' masked paths, plus the
+/// files that are mode 0400 on the host: a job runs as the server's uid, which may be
+/// root, and owner-readable means readable to it).
+pub const PROC_MASKED_FILES: [&str; 12] = [
     "kcore",
     "keys",
     "timer_list",
+    "timer_stats",
     "sched_debug",
     "latency_stats",
+    "slabinfo",
+    "vmallocinfo",
+    "pagetypeinfo",
+    "kpageflags",
+    "kpagecount",
+    "kpagecgroup",
 ];
-/// `/proc` directories replaced by an empty read-only tmpfs.
-pub const PROC_MASKED_DIRS: [&str; 3] = ["acpi", "asound", "scsi"];
+/// `/proc` directories replaced by an empty read-only tmpfs (`tty/driver` holds the
+/// root-only serial line state).
+pub const PROC_MASKED_DIRS: [&str; 4] = ["acpi", "asound", "scsi", "tty/driver"];
 
 /// The variables a job takes from `marsh`'s own environment.
 pub const CALLER_VARS: [&str; 4] = ["PATH", "HOME", "USER", "LOGNAME"];

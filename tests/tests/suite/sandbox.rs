@@ -396,3 +396,23 @@ fn a_reused_container_holds_one_command_at_a_time() {
         );
     }
 }
+
+/// Files that are root-only on the host (0400) are readable by a job of a root server
+/// (its uid owns them) unless masked: the allocator, page tables and serial lines.
+#[test]
+fn root_only_kernel_files_are_masked_in_jobs() {
+    if marsh_tests::skip_unless_root("a job of a root server owns the host's 0400 /proc files") {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = server_with(&sb, "{}");
+    let data = run(
+        &mut s,
+        "for f in slabinfo vmallocinfo pagetypeinfo kpageflags kpagecount kpagecgroup \
+                  kcore timer_list sched_debug tty/driver/serial; do \
+           [ -e /proc/$f ] || continue; \
+           n=$(head -c 64 /proc/$f 2>/dev/null | wc -c); [ \"$n\" -gt 0 ] && echo READABLE:$f; \
+         done; echo checked",
+    );
+    assert_eq!(stdout(&data), "checked\n", "{}", data["stderr_text"]);
+}
