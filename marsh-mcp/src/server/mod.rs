@@ -1,5 +1,6 @@
 //! Serving MCP sessions: the bounded line transport and the rmcp handler.
 
+mod backlog;
 mod duplicate_keys;
 mod handler;
 mod refusal;

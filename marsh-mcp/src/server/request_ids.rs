@@ -66,6 +66,11 @@ impl RequestIds {
         Some(raw)
     }
 
+    /// Requests in flight.
+    pub fn len(&self) -> usize {
+        lock(&self.table).by_internal.len()
+    }
+
     /// Resolves once no request is in flight.
     pub async fn drained(&self) {
         loop {

@@ -27,6 +27,7 @@ use marsh_framing::{
 };
 use serde_json::value::RawValue;
 
+use super::backlog::Backlog;
 use super::duplicate_keys;
 use super::request_ids::RequestIds;
 
@@ -60,11 +61,13 @@ pub enum TransportError {
 
 pub struct LineTransport {
     inbound: mpsc::Receiver<RxJsonRpcMessage<RoleServer>>,
-    outbound: mpsc::Sender<Vec<u8>>,
+    outbound: Outbound,
     /// Requests read but not yet answered, by the client's exact id. When input ends,
     /// the session stays up until none is left (bounded), so a client that half-closes
     /// after its last request still gets every reply.
     ids: Arc<RequestIds>,
+    /// What the session owes its client; the reader waits while it is too much.
+    backlog: Arc<Backlog>,
 }
 
 impl LineTransport {
@@ -80,40 +83,83 @@ impl LineTransport {
         let (in_tx, in_rx) = mpsc::channel(INBOUND_QUEUE);
         let (out_tx, out_rx) = mpsc::channel(OUTBOUND_QUEUE);
         let ids = Arc::new(RequestIds::default());
-        tokio::spawn(write_frames(write, out_rx));
+        let backlog = Arc::new(Backlog::default());
+        let outbound = Outbound {
+            frames: out_tx,
+            backlog: Arc::clone(&backlog),
+        };
+        tokio::spawn(write_frames(write, out_rx, Arc::clone(&backlog)));
         tokio::spawn(read_frames(
             FrameReader::new(read).with_partial_timeout(PARTIAL_FRAME_BOUND),
             in_tx,
-            out_tx.clone(),
+            outbound.clone(),
             Arc::clone(&ids),
             input_closed,
         ));
         Self {
             inbound: in_rx,
-            outbound: out_tx,
+            outbound,
             ids,
+            backlog,
         }
     }
 }
 
-async fn write_frames<W: AsyncWrite + Unpin>(mut write: W, mut rx: mpsc::Receiver<Vec<u8>>) {
+/// The writer's side of the queue: every frame sent through it is counted in the
+/// backlog until the writer has written it.
+#[derive(Clone)]
+struct Outbound {
+    frames: mpsc::Sender<Vec<u8>>,
+    backlog: Arc<Backlog>,
+}
+
+impl Outbound {
+    /// Counts `frame` as owed from now (not from when the returned future runs) and
+    /// hands it to the writer.
+    fn send(
+        &self,
+        frame: Vec<u8>,
+    ) -> impl Future<Output = Result<(), TransportError>> + Send + 'static {
+        let len = frame.len();
+        self.backlog.queued(len);
+        let (frames, backlog) = (self.frames.clone(), Arc::clone(&self.backlog));
+        async move {
+            frames.send(frame).await.map_err(|_| {
+                backlog.settled(len);
+                TransportError::WriterGone
+            })
+        }
+    }
+}
+
+async fn write_frames<W: AsyncWrite + Unpin>(
+    mut write: W,
+    mut rx: mpsc::Receiver<Vec<u8>>,
+    backlog: Arc<Backlog>,
+) {
     while let Some(mut frame) = rx.recv().await {
+        let len = frame.len();
         frame.push(b'\n');
         let written = async {
             write.write_all(&frame).await?;
+            backlog.settled(len);
             // Drain whatever else is already queued before paying for a flush.
             while let Ok(mut more) = rx.try_recv() {
+                let len = more.len();
                 more.push(b'\n');
                 write.write_all(&more).await?;
+                backlog.settled(len);
             }
             write.flush().await
         }
         .await;
         if let Err(err) = written {
             tracing::debug!(%err, "session output closed");
+            backlog.writer_gone();
             return;
         }
     }
+    backlog.writer_gone();
     let _ = write.shutdown().await;
 }
 
@@ -363,13 +409,15 @@ fn with_internal_ids(
 async fn read_frames<R: AsyncBufRead + Unpin>(
     mut frames: FrameReader<R>,
     inbound: mpsc::Sender<RxJsonRpcMessage<RoleServer>>,
-    outbound: mpsc::Sender<Vec<u8>>,
+    outbound: Outbound,
     ids: Arc<RequestIds>,
     input_closed: CancellationToken,
 ) {
     let _closed = input_closed.clone().drop_guard();
     let mut initialize_seen = false;
     loop {
+        // Nothing more is read while the client has not taken what it was sent.
+        outbound.backlog.room(&ids).await;
         let frame = match frames.next_frame().await {
             Ok(Some(frame)) => frame,
             Ok(None) => return end_of_input(&ids, &input_closed).await,
@@ -456,7 +504,6 @@ impl Transport<RoleServer> for LineTransport {
         &mut self,
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        let outbound = self.outbound.clone();
         // A reply goes out with the client's id, exactly as it was written; the id is
         // free again from here. A reply whose request was cancelled (its id already
         // released) is not sent: a cancelled request gets none.
@@ -466,7 +513,11 @@ impl Transport<RoleServer> for LineTransport {
             JsonRpcMessage::Request(_) | JsonRpcMessage::Notification(_) => None,
         };
         let client_id = match internal {
-            Some(NumberOrString::Number(n)) => Some(self.ids.release(*n)),
+            Some(NumberOrString::Number(n)) => {
+                let released = self.ids.release(*n);
+                self.backlog.answered();
+                Some(released)
+            }
             _ => None,
         };
         let encoded = match client_id {
@@ -484,20 +535,24 @@ impl Transport<RoleServer> for LineTransport {
                 Some(bytes)
             }),
         };
-        async move {
-            let Some(bytes) = encoded? else {
+        let delivery = match encoded {
+            Err(e) => Err(TransportError::Encode(e)),
+            Ok(None) => {
                 tracing::debug!("dropped the reply to a cancelled request");
-                return Ok(());
-            };
-            if bytes.len() > MAX_FRAME_BYTES {
-                // Even the error naming the operation does not fit (its id alone is
-                // about a frame); nothing smaller can answer it.
-                return Err(TransportError::OutboundTooLarge(bytes.len()));
+                Ok(None)
             }
-            outbound
-                .send(bytes)
-                .await
-                .map_err(|_| TransportError::WriterGone)
+            // Even the error naming the operation does not fit (its id alone is about
+            // a frame); nothing smaller can answer it.
+            Ok(Some(bytes)) if bytes.len() > MAX_FRAME_BYTES => {
+                Err(TransportError::OutboundTooLarge(bytes.len()))
+            }
+            Ok(Some(bytes)) => Ok(Some(self.outbound.send(bytes))),
+        };
+        async move {
+            match delivery? {
+                Some(sent) => sent.await,
+                None => Ok(()),
+            }
         }
     }
 

@@ -1,5 +1,6 @@
 //! One module per black-box suite (formerly one test binary each).
 
+mod backpressure;
 mod broker;
 mod ergonomics;
 mod export;
