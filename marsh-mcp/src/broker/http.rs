@@ -261,7 +261,6 @@ impl Broker {
     }
 }
 
-/// Over the connection bound: a minimal typed 503, then close.
 /// Why a connection is answered and closed before anything is read from it.
 #[derive(Debug, Clone, Copy)]
 enum Refused {
