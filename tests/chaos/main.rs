@@ -20,30 +20,13 @@
 use std::fs;
 use std::time::{Duration, Instant};
 
-use marsh_tests::{Sandbox, Server};
+use marsh_tests::{Rng, Sandbox, Server};
 use serde_json::{Value, json};
 
 /// How long one scope may take to come to rest after a fault.
 const RECOVERY_BOUND: Duration = Duration::from_secs(90);
 /// At most this many generated scopes are kept between rounds.
 const KEEP_SCOPES: usize = 4;
-
-/// splitmix64: small, seedable, and the same on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 #[derive(Debug, Clone, Copy)]
 enum Victim {
@@ -260,14 +243,7 @@ impl Chaos {
 }
 
 fn main() {
-    let seed = std::env::var("CHAOS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
+    let seed = Rng::seed_from("CHAOS_SEED");
     let rounds: usize = std::env::var("CHAOS_ROUNDS")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -26,38 +26,13 @@ use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
 
-use marsh_tests::{Sandbox, TOOLS};
+use marsh_tests::{Rng, Sandbox, TOOLS};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 const FRAME: usize = 1024 * 1024;
 const IN_FLIGHT: usize = 8;
 const EXIT_BOUND: Duration = Duration::from_secs(15);
-
-/// splitmix64: small, seedable, and the same on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-}
 
 /// What a line sent expects back.
 enum Expect {
@@ -467,14 +442,7 @@ fn fuzz(label: &str, sb: &Sandbox, args: &[String], seed: u64, budget: Duration)
 }
 
 fn main() {
-    let seed = std::env::var("FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
+    let seed = Rng::seed_from("FUZZ_SEED");
     let seconds = std::env::var("FUZZ_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())

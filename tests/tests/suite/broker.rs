@@ -278,6 +278,11 @@ fn another_uid_is_refused_even_with_a_loosened_socket() {
 /// `curl --unix-socket … /v1/probe` with the right token, optionally as `nobody`
 /// (through `setpriv`); returns the HTTP status curl saw.
 fn curl_probe(sb: &Sandbox, as_nobody: bool) -> String {
+    curl_probe_with_scheme(sb, as_nobody, "Bearer")
+}
+
+/// [`curl_probe`] with the `Authorization` scheme name written as `scheme`.
+fn curl_probe_with_scheme(sb: &Sandbox, as_nobody: bool, scheme: &str) -> String {
     let dir = sb.broker_dir().unwrap();
     let mut cmd = if as_nobody {
         let mut c = Command::new("setpriv");
@@ -298,7 +303,7 @@ fn curl_probe(sb: &Sandbox, as_nobody: bool) -> String {
         .arg(dir.join("broker.sock"))
         .args([
             "-H",
-            &format!("Authorization: Bearer {}", token(sb)),
+            &format!("Authorization: {scheme} {}", token(sb)),
             "http://broker/v1/probe",
         ])
         .output()
@@ -411,25 +416,11 @@ fn a_foreign_uid_cannot_hold_the_broker_connection_slots() {
 fn the_bearer_scheme_name_is_case_insensitive() {
     let sb = Sandbox::new();
     started(&sb);
-    let dir = sb.broker_dir().unwrap();
     for scheme in ["bearer", "BEARER", "Bearer"] {
-        let out = Command::new("curl")
-            .args([
-                "-s",
-                "-o",
-                "/dev/null",
-                "-w",
-                "%{http_code}",
-                "--unix-socket",
-            ])
-            .arg(dir.join("broker.sock"))
-            .args([
-                "-H",
-                &format!("Authorization: {scheme} {}", token(&sb)),
-                "http://broker/v1/probe",
-            ])
-            .output()
-            .unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "200", "{scheme}");
+        assert_eq!(
+            curl_probe_with_scheme(&sb, false, scheme),
+            "200",
+            "{scheme}"
+        );
     }
 }
