@@ -262,17 +262,25 @@ fn another_uid_is_refused_even_with_a_loosened_socket() {
     }
     let sb = Sandbox::new();
     started(&sb);
-    let dir = sb.broker_dir().unwrap();
-    for path in [sb.state(), sb.runtime_base(), dir.clone()] {
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    fs::set_permissions(dir.join("broker.sock"), fs::Permissions::from_mode(0o777)).unwrap();
+    loosen_socket(&sb);
     assert_eq!(curl_probe(&sb, true), "403", "another uid is refused");
     assert_eq!(
         curl_probe(&sb, false),
         "200",
         "the broker's own user passes"
     );
+}
+
+/// Opens the broker socket and the directories above it to every uid (as a careless
+/// administrator might); returns the socket's path.
+fn loosen_socket(sb: &Sandbox) -> std::path::PathBuf {
+    let dir = sb.broker_dir().unwrap();
+    for path in [sb.state(), sb.runtime_base(), dir.clone()] {
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let socket = dir.join("broker.sock");
+    fs::set_permissions(&socket, fs::Permissions::from_mode(0o777)).unwrap();
+    socket
 }
 
 /// `curl --unix-socket … /v1/probe` with the right token, optionally as `nobody`
@@ -359,12 +367,7 @@ fn a_foreign_uid_cannot_hold_the_broker_connection_slots() {
     }
     let sb = Sandbox::new();
     started(&sb);
-    let dir = sb.broker_dir().unwrap();
-    for path in [sb.state(), sb.runtime_base(), dir.clone()] {
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let socket = dir.join("broker.sock");
-    fs::set_permissions(&socket, fs::Permissions::from_mode(0o777)).unwrap();
+    let socket = loosen_socket(&sb);
     let hold = format!(
         "import socket, sys, time\n\
          held = []\n\
