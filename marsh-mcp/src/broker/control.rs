@@ -37,8 +37,13 @@ const RESTART_PAUSE: Duration = Duration::from_millis(300);
 pub enum ControlError {
     #[error(transparent)]
     Startup(#[from] StartupError),
-    #[error("the broker runtime directory failed verification: {0}")]
-    RuntimeDir(#[source] RegistryError),
+    #[error("the broker runtime directory failed verification: {source}{}", advice.as_deref().map(|a| format!("; {a}")).unwrap_or_default())]
+    RuntimeDir {
+        #[source]
+        source: RegistryError,
+        /// How to move off a squatted shared path, when that is where it was.
+        advice: Option<String>,
+    },
     #[error(transparent)]
     Token(#[from] TokenError),
     #[error(transparent)]
@@ -120,27 +125,26 @@ fn with_root(
     Ok((args, workspace))
 }
 
-fn runtime_dir(root: &Path, env: &[(OsString, OsString)]) -> RuntimeDir {
-    let xdg = env
-        .iter()
-        .find(|(k, _)| k == "XDG_RUNTIME_DIR")
-        .map(|(_, v)| PathBuf::from(v));
-    RuntimeDir::locate(root, xdg.as_deref())
+fn env_lookup(env: &[(OsString, OsString)]) -> impl Fn(&str) -> Option<PathBuf> + '_ {
+    move |name| {
+        env.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| PathBuf::from(v))
+    }
 }
 
-/// The runtime directory a client should use: the one for this environment, or, when
-/// that holds no token, the `/tmp` one (a client launched by a gateway may not share the
-/// starter's `XDG_RUNTIME_DIR`).
+fn runtime_dir(root: &Path, env: &[(OsString, OsString)]) -> RuntimeDir {
+    RuntimeDir::preferred(root, env_lookup(env))
+}
+
+/// The runtime directory a client should use: the first candidate for this environment
+/// that holds a token, else the preferred one (a client launched by a gateway may not
+/// share the starter's `XDG_RUNTIME_DIR` or `HOME`).
 fn client_runtime_dir(root: &Path, env: &[(OsString, OsString)]) -> RuntimeDir {
-    let preferred = runtime_dir(root, env);
-    if preferred.token().exists() {
-        return preferred;
-    }
-    let fallback = RuntimeDir::locate(root, None);
-    if fallback.token().exists() {
-        fallback
-    } else {
-        preferred
+    let mut candidates = RuntimeDir::candidates(root, env_lookup(env));
+    match candidates.iter().position(|d| d.token().exists()) {
+        Some(found) => candidates.swap_remove(found),
+        None => candidates.swap_remove(0),
     }
 }
 
@@ -292,7 +296,10 @@ pub async fn broker_start(
         identity: wanted,
         dir,
     } = configured(args, env)?;
-    dir.prepare().map_err(ControlError::RuntimeDir)?;
+    dir.prepare().map_err(|source| ControlError::RuntimeDir {
+        source,
+        advice: dir.squat_advice(),
+    })?;
     let _starting = start_lock(&dir).await?;
     let token = create_or_read_token(&dir.token())?;
     let client = BrokerClient::new(&dir.socket(), token);
@@ -503,7 +510,10 @@ pub async fn broker_run(
         identity,
         dir,
     } = configured(args, env)?;
-    dir.verify().map_err(ControlError::RuntimeDir)?;
+    dir.verify().map_err(|source| ControlError::RuntimeDir {
+        source,
+        advice: dir.squat_advice(),
+    })?;
     let token = read_token(&dir.token())?;
     let ctx = Arc::new(validated.open()?);
     // The lease is ours, so any socket left here belongs to a dead broker.

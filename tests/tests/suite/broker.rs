@@ -427,3 +427,72 @@ fn the_bearer_scheme_name_is_case_insensitive() {
         );
     }
 }
+
+/// The `/tmp` runtime directory a broker of this root would have used without
+/// `XDG_RUNTIME_DIR` (`/tmp/marsh-mcp-<euid>-<hash>`) is created first by another user.
+/// The broker starts anyway, in the user's own state directory, and a proxy started
+/// with the same environment finds it; the squatted directory is left untouched.
+#[test]
+fn a_runtime_dir_squatted_in_tmp_does_not_stop_the_broker() {
+    if marsh_tests::skip_unless_root("chown to the uid nobody") {
+        return;
+    }
+    let sb = Sandbox::new();
+    let root = fs::canonicalize(sb.state()).unwrap().join("root");
+    let mut hasher = Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    hasher
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(root.as_os_str().as_encoded_bytes())
+        .unwrap();
+    let digest = String::from_utf8(hasher.wait_with_output().unwrap().stdout).unwrap();
+    let squatted = std::path::PathBuf::from(format!("/tmp/marsh-mcp-0-{}", &digest[..16]));
+    let _ = fs::remove_dir_all(&squatted);
+    fs::create_dir(&squatted).unwrap();
+    fs::set_permissions(&squatted, fs::Permissions::from_mode(0o777)).unwrap();
+    nix::unistd::chown(
+        &squatted,
+        Some(nix::unistd::Uid::from_raw(65534)),
+        Some(nix::unistd::Gid::from_raw(65534)),
+    )
+    .unwrap();
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(squatted.clone());
+
+    let without_runtime = |verb: &str| {
+        let mut cmd = sb.marsh_mcp(&sb.broker_args(verb, &[]), &[]);
+        cmd.env_remove("XDG_RUNTIME_DIR");
+        cmd
+    };
+    let out = without_runtime("broker-start")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "broker-start failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let own = sb.state().join("user/.local/state/marsh-mcp-run");
+    assert!(
+        own.join(&digest[..16]).join("broker.sock").exists(),
+        "the broker's socket is in the user's own state directory"
+    );
+    let mut proxy = Server::spawn(without_runtime("connect"));
+    assert!(proxy.initialize().get("result").is_some());
+    assert_eq!(
+        proxy.ok("shell_run", json!({"command": "echo unsquatted"}))["stdout_text"],
+        "unsquatted\n"
+    );
+    assert_eq!(fs::read_dir(&squatted).unwrap().count(), 0);
+}
