@@ -10,7 +10,7 @@ use crate::config::BackendConfig;
 use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::limits::{self, LimitsReport};
-use crate::sandbox::{BWRAP_FIX, Isolation};
+use crate::sandbox::{BWRAP_FIX, EtcView, Isolation};
 
 /// `status.backend`. Invariant: `healthy` ⇔ `problem` is null; text never holds a host
 /// path.
@@ -24,6 +24,10 @@ pub struct BackendReport {
     /// `"loopback"` or `"host"`; null when the settings cannot be read.
     pub network: Option<String>,
     pub limits: Option<LimitsReport>,
+    /// What a job's `/etc` shows: the allowlisted names present on this host (relative
+    /// to `/etc`); null when no job can run. Unconfined jobs see the host's `/etc`.
+    #[serde(default)]
+    pub etc_shown: Option<Vec<String>>,
 }
 
 /// The settings and isolation a daemon booted now would use.
@@ -49,7 +53,12 @@ pub fn assess(
 
 impl BackendReport {
     /// The report of what a daemon put in force.
-    pub fn in_force(config: &BackendConfig, isolation: &Isolation, limits: &LimitsReport) -> Self {
+    pub fn in_force(
+        config: &BackendConfig,
+        isolation: &Isolation,
+        limits: &LimitsReport,
+        etc: &EtcView,
+    ) -> Self {
         Self {
             healthy: true,
             problem: None,
@@ -57,6 +66,10 @@ impl BackendReport {
             isolation: Some(isolation.label().into()),
             network: Some(config.network.label().into()),
             limits: Some(limits.clone()),
+            etc_shown: match isolation {
+                Isolation::Bwrap(_) => Some(etc.shown_names()),
+                Isolation::Unconfined => None,
+            },
         }
     }
 
@@ -67,6 +80,7 @@ impl BackendReport {
                 &found.config,
                 &found.isolation,
                 &limits::probe(&found.config),
+                &EtcView::scan(Path::new("/etc")),
             ),
             Err(e) => Self::failing(&e, BackendConfig::load(home, user_home).ok()),
         }
@@ -90,6 +104,7 @@ impl BackendReport {
             isolation: None,
             network: config.as_ref().map(|c| c.network.label().into()),
             limits: config.as_ref().map(limits::probe),
+            etc_shown: None,
         }
     }
 }

@@ -326,6 +326,7 @@ impl Daemon {
                 &self.cfg.backend,
                 &self.cfg.isolation,
                 self.cfg.confinement.limits.report(),
+                &self.cfg.confinement.etc,
             ),
         }
     }

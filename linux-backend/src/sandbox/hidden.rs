@@ -1,15 +1,15 @@
-//! What a job must not read even though `/etc` is bound into its sandbox.
+//! What a job must not read inside a directory its `/etc` allows ([`super::etc`]).
 //!
 //! Jobs run as the server's uid. When that is root, owner permissions let a job read
-//! root-owned files such as `/etc/shadow` (the user namespace removes capabilities, not
-//! ownership). So every entry of `/etc` an unprivileged host user could not read is
+//! root-owned files (the user namespace removes capabilities, not ownership). So every
+//! entry of an allowed directory that an unprivileged host user could not read is
 //! covered: files by an empty read-only file, directories by an empty read-only tmpfs.
-//! The scan runs once per daemon boot (about 1,200 entries on Debian, a few
-//! milliseconds): a secret file created in `/etc` later is covered from the next boot.
+//! The scan runs once per daemon boot.
 //!
-//! Scope: `/etc` only. `/usr`, `/bin`, `/sbin` and `/lib*` hold package-managed
-//! software, world-readable by Debian policy; walking them (over 100,000 entries) at
-//! every daemon start was rejected as too slow for what it would find.
+//! Scope: the allowed directories of `/etc` only. `/usr`, `/bin`, `/sbin` and `/lib*`
+//! hold package-managed software, world-readable by Debian policy; walking them (over
+//! 100,000 entries) at every daemon start was rejected as too slow for what it would
+//! find.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

@@ -14,10 +14,12 @@
 //!   in every job's `/proc`, `/proc/sys`, `/proc/sysrq-trigger`, `/proc/irq`,
 //!   `/proc/bus`, `/proc/fs` are read-only and kernel-revealing files are masked (by
 //!   bubblewrap for a kit container, by each job container's init in the shell); `/sys`
-//!   is absent; what others cannot read in `/etc` is covered ([`hidden`]);
+//!   is absent; `/etc` shows only an allowlist of public names ([`etc`]), and what
+//!   others cannot read inside an allowed directory is covered ([`hidden`]);
 //! - an own network namespace with loopback only, unless the backend setting says host;
 //! - nothing else of the host (no marsh home, scope root, token or daemon socket).
 
+mod etc;
 mod hidden;
 mod spawn;
 
@@ -33,7 +35,8 @@ use crate::error::{Error, Result};
 use crate::limits::Limits;
 use crate::proto::EnvVar;
 
-pub use hidden::{Hidden, unreadable_under};
+pub use etc::{EtcMount, EtcView};
+pub use hidden::Hidden;
 pub use spawn::{JOB_UMASK, SeccompFd};
 
 /// Where the agent binary, its socket, the kit wrappers and the shell's own commands
@@ -45,9 +48,10 @@ pub const SANDBOX_KIT_SOCKET: &str = "/run/marsh/kit.sock";
 pub const SANDBOX_KIT_DIR: &str = "/run/marsh/kits";
 pub const SANDBOX_BIN_DIR: &str = "/run/marsh/bin";
 
-/// Host directories bound read-only (or recreated as symlinks) when present.
-const SYSTEM_PATHS: [&str; 8] = [
-    "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+/// Host directories bound read-only (or recreated as symlinks) when present; `/etc`
+/// is built apart ([`EtcView`]).
+const SYSTEM_PATHS: [&str; 7] = [
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
 ];
 /// A job home must not shadow these.
 const RESERVED_PREFIXES: [&str; 11] = [
@@ -126,12 +130,12 @@ impl Isolation {
 }
 
 /// What every sandbox of one daemon shares: settings, the seccomp program, the group
-/// and what `/etc` hides.
+/// and the job's `/etc`.
 pub struct Confinement {
     pub network: Network,
     pub limits: Limits,
     seccomp: SeccompFd,
-    hidden: Vec<Hidden>,
+    pub etc: EtcView,
 }
 
 impl Confinement {
@@ -140,7 +144,7 @@ impl Confinement {
             network: config.network,
             limits,
             seccomp: SeccompFd::new()?,
-            hidden: unreadable_under(Path::new("/etc")),
+            etc: EtcView::scan(Path::new("/etc")),
         })
     }
 }
@@ -249,7 +253,17 @@ fn bwrap_args(
             _ => {}
         }
     }
-    for hidden in &confinement.hidden {
+    for mount in &confinement.etc.mounts {
+        match mount {
+            EtcMount::Bind { host, at } => {
+                push(&["--ro-bind".as_ref(), host.as_os_str(), at.as_os_str()])
+            }
+            EtcMount::Symlink { target, at } => {
+                push(&["--symlink".as_ref(), target.as_os_str(), at.as_os_str()])
+            }
+        }
+    }
+    for hidden in &confinement.etc.hidden {
         match hidden {
             Hidden::File(path) => {
                 push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), path.as_os_str()])

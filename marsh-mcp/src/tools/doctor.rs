@@ -65,7 +65,10 @@ fn backend_check(backend: Option<&Value>) -> Check {
         Some("bwrap") => check(
             "isolation",
             true,
-            format!("jobs run under bubblewrap; network {network}; {limits}"),
+            format!(
+                "jobs run under bubblewrap; network {network}; {limits}; {}",
+                etc_policy(backend)
+            ),
         ),
         Some(other) => check(
             "isolation",
@@ -73,6 +76,21 @@ fn backend_check(backend: Option<&Value>) -> Check {
             format!("jobs run {other} (the explicit opt-in); network {network}; {limits}"),
         ),
         None => check("isolation", false, "marsh status names no isolation"),
+    }
+}
+
+/// How a job's `/etc` is built, from `status.backend.etc_shown`.
+fn etc_policy(backend: &Value) -> String {
+    match backend.get("etc_shown").and_then(Value::as_array) {
+        Some(names) => {
+            let names: Vec<&str> = names.iter().filter_map(Value::as_str).collect();
+            format!(
+                "/etc shows only an allowlist of public names ({} here: {}); any other name, a secret replaced by rename or created later included, is never visible",
+                names.len(),
+                names.join(", ")
+            )
+        }
+        None => "/etc policy not reported (an older marsh)".into(),
     }
 }
 

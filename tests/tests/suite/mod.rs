@@ -6,6 +6,7 @@ mod ergonomics;
 mod export;
 mod first_run;
 mod hardening;
+mod host_life;
 mod inspector;
 mod install_clients;
 mod install_sbx;
