@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::home::Home;
 use crate::limits::{self, LimitsReport};
 use crate::sandbox::{BWRAP_FIX, EtcView, Isolation};
+use crate::setid_guard::SetIdGuard;
 
 /// `status.backend`. Invariant: `healthy` ⇔ `problem` is null; text never holds a host
 /// path.
@@ -28,6 +29,10 @@ pub struct BackendReport {
     /// to `/etc`); null when no job can run. Unconfined jobs see the host's `/etc`.
     #[serde(default)]
     pub etc_shown: Option<Vec<String>>,
+    /// `"on"` when no job can open a set-id or file-capability file in the workspace
+    /// (the set-id guard), else `"off: <why>"`; null when no job can run.
+    #[serde(default)]
+    pub setid_guard: Option<String>,
 }
 
 /// The settings and isolation a daemon booted now would use.
@@ -58,6 +63,7 @@ impl BackendReport {
         isolation: &Isolation,
         limits: &LimitsReport,
         etc: &EtcView,
+        setid_guard: std::result::Result<(), &str>,
     ) -> Self {
         Self {
             healthy: true,
@@ -70,18 +76,29 @@ impl BackendReport {
                 Isolation::Bwrap(_) => Some(etc.shown_names()),
                 Isolation::Unconfined => None,
             },
+            setid_guard: Some(match setid_guard {
+                Ok(()) => "on".to_string(),
+                Err(why) => format!("off: {why}"),
+            }),
         }
     }
 
     /// The report without a daemon: what a boot would use, or why it would fail.
     pub fn predicted(home: &Home, user_home: Option<&OsString>) -> Self {
         match assess(home, user_home, None) {
-            Ok(found) => Self::in_force(
-                &found.config,
-                &found.isolation,
-                &limits::probe(&found.config),
-                &EtcView::scan(Path::new("/etc")),
-            ),
+            Ok(found) => {
+                let guard = match &found.isolation {
+                    Isolation::Bwrap(_) => SetIdGuard::available(),
+                    Isolation::Unconfined => Err("jobs run unconfined".to_string()),
+                };
+                Self::in_force(
+                    &found.config,
+                    &found.isolation,
+                    &limits::probe(&found.config),
+                    &EtcView::scan(Path::new("/etc")),
+                    guard.as_ref().map(|_| ()).map_err(String::as_str),
+                )
+            }
             Err(e) => Self::failing(&e, BackendConfig::load(home, user_home).ok()),
         }
     }
@@ -105,6 +122,7 @@ impl BackendReport {
             network: config.as_ref().map(|c| c.network.label().into()),
             limits: config.as_ref().map(limits::probe),
             etc_shown: None,
+            setid_guard: None,
         }
     }
 }

@@ -24,6 +24,7 @@ mod receipt;
 mod sandbox;
 mod seccomp;
 mod seqpacket;
+mod setid_guard;
 mod token;
 mod util;
 mod workers;

@@ -1,6 +1,7 @@
 //! The `marshd` binary's modes: `serve` (the per-home daemon), `agent` (the project
-//! shell's in-sandbox agent), `container-init`, `kit-client` (what a kit wrapper on a
-//! job's PATH runs) and `mcp-client` (what `mcp` on a job's PATH runs).
+//! shell's in-sandbox agent), `container-init`, `guard-exec` (a kit container's first
+//! program when the set-id guard runs), `kit-client` (what a kit wrapper on a job's
+//! PATH runs) and `mcp-client` (what `mcp` on a job's PATH runs).
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -12,7 +13,7 @@ use clap::{ArgAction, CommandFactory, Parser, Subcommand};
 use crate::util::log;
 use crate::{agent, daemon};
 
-const USAGE: &str = "marshd serve --home HOME --workspace DIR | marshd agent --kit-socket PATH --kit-dir DIR --bin-dir DIR --self PATH [--contain] [--nproc N] | marshd container-init | marshd kit-client --socket PATH KIT [ARGS...] | marshd mcp-client --socket PATH [ARGS...]";
+const USAGE: &str = "marshd serve --home HOME --workspace DIR | marshd agent --kit-socket PATH --kit-dir DIR --bin-dir DIR --self PATH [--contain] [--nproc N] | marshd container-init | marshd guard-exec --fd N -- ARGV... | marshd kit-client --socket PATH KIT [ARGS...] | marshd mcp-client --socket PATH [ARGS...]";
 
 // The command line. Only `--version` is a flag of its own: there is no `--help` or
 // `help` (they are usage errors), a repeated flag keeps its last value, and a flag's
@@ -65,6 +66,25 @@ enum Mode {
     /// pid 1 of one job's container, started by the agent (channel on fd 0).
     #[command(name = "container-init", disable_help_flag = true)]
     ContainerInit,
+    /// A kit container's first program: has the daemon guard its workspace mounts
+    /// (socket on fd `N`), then executes the kit's command in its place.
+    #[command(
+        name = "guard-exec",
+        disable_help_flag = true,
+        override_usage = "marshd guard-exec --fd N -- ARGV..."
+    )]
+    GuardExec {
+        #[arg(long, value_name = "N")]
+        fd: i32,
+        #[arg(
+            value_name = "ARGV",
+            required = true,
+            num_args = 1..,
+            trailing_var_arg = true,
+            allow_hyphen_values = true
+        )]
+        argv: Vec<OsString>,
+    },
     /// What a kit wrapper runs: `--socket PATH` first, then the kit's name and its
     /// arguments, all passed on verbatim (`--`, `--help` and `--socket` included).
     #[command(
@@ -153,6 +173,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
             }
         },
         Mode::ContainerInit => agent::init::main(),
+        Mode::GuardExec { fd, argv } => crate::setid_guard::exec_guarded(fd, &argv),
         Mode::KitClient { socket, command } => match command.split_first() {
             Some((kit, kit_args)) => {
                 agent::kit_client::run(&socket, &kit.to_string_lossy(), kit_args)

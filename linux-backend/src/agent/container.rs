@@ -29,15 +29,16 @@
 //! command would lose the shell's `/tmp` and home between commands, and costs more than
 //! the command).
 
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use crate::error::{Context, Error, Result};
 use crate::proto::{self, Bytes, EnvVar, FromInit, ToInit};
 use crate::seqpacket::SeqPacket;
+use crate::setid_guard;
 use crate::util::lock;
 
 /// How long a fresh container may take to report ready.
@@ -79,21 +80,28 @@ pub struct Contained {
 /// Must run on a thread that starts nothing else, ever: `unshare(CLONE_NEWPID)` makes
 /// this thread's next child the init of a new namespace, and the thread cannot start a
 /// second one.
-fn prepare(agent_exe: &Path) -> Result<Warm> {
+fn prepare(agent_exe: &Path, guard: Option<&GuardLink>) -> Result<Warm> {
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWPID)
         .context(|| "making the job's pid namespace".to_string())?;
     let (ours, theirs) = SeqPacket::pair()?;
+    // init inherits the agent's working directory, the workspace: it names the mounts
+    // to guard by it.
     let spawned = Command::new(agent_exe)
         .arg("container-init")
         .env_clear()
-        .current_dir("/")
         .stdin(Stdio::from(theirs.into_fd()))
         .stdout(Stdio::null())
         .spawn();
     let mut init = spawned.context(|| "starting the container's init".to_string())?;
     ours.set_recv_timeout(Some(READY_TIMEOUT))?;
     let ready = match proto::recv::<FromInit>(&ours) {
-        Ok(Some((FromInit::Ready, _))) => Ok(()),
+        Ok(Some((FromInit::Ready, mounts))) => match guard {
+            Some(link) => {
+                let borrowed: Vec<_> = mounts.iter().map(AsFd::as_fd).collect();
+                setid_guard::request(&lock(link), &borrowed)
+            }
+            None => Ok(()),
+        },
         Ok(Some((FromInit::Failed { message }, _))) => Err(Error::failed(message)),
         Ok(Some(_)) => Err(Error::Protocol(
             "the container's init spoke out of turn".into(),
@@ -109,9 +117,15 @@ fn prepare(agent_exe: &Path) -> Result<Warm> {
     Ok(Warm { init, chan: ours })
 }
 
+/// The agent's end of the daemon's set-id guard socket, one request at a time.
+pub type GuardLink = Mutex<SeqPacket>;
+
 /// Idle containers, plus one being prepared when none is idle.
 pub struct Pool {
     agent_exe: PathBuf,
+    /// Present when the daemon runs the set-id guard: then no container is handed out
+    /// before the guard has marked its workspace mounts.
+    guard: Option<Arc<GuardLink>>,
     idle: Mutex<Vec<Warm>>,
     preparing: Mutex<Option<mpsc::Receiver<Result<Warm>>>>,
 }
@@ -121,9 +135,10 @@ const MAX_IDLE: usize = 4;
 
 impl Pool {
     /// A pool that starts preparing its first container at once.
-    pub fn new(agent_exe: PathBuf) -> Pool {
+    pub fn new(agent_exe: PathBuf, guard: Option<Arc<GuardLink>>) -> Pool {
         let pool = Pool {
             agent_exe,
+            guard,
             idle: Mutex::new(Vec::new()),
             preparing: Mutex::new(None),
         };
@@ -156,9 +171,10 @@ impl Pool {
     /// namespace can start no further thread, so the caller's thread must not.
     pub fn prepare_now(&self) -> Result<Warm> {
         let exe = self.agent_exe.clone();
+        let guard = self.guard.clone();
         std::thread::Builder::new()
             .name("container-prep".into())
-            .spawn(move || prepare(&exe))
+            .spawn(move || prepare(&exe, guard.as_deref()))
             .context(|| "starting a container thread".to_string())?
             .join()
             .unwrap_or_else(|_| Err(Error::failed("the container thread panicked")))
@@ -184,10 +200,11 @@ impl Pool {
         }
         let (tx, rx) = mpsc::channel();
         let exe = self.agent_exe.clone();
+        let guard = self.guard.clone();
         let started = std::thread::Builder::new()
             .name("container-prep".into())
             .spawn(move || {
-                let _ = tx.send(prepare(&exe));
+                let _ = tx.send(prepare(&exe, guard.as_deref()));
             });
         if started.is_ok() {
             *preparing = Some(rx);

@@ -19,7 +19,7 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -35,6 +35,7 @@ use crate::sandbox::{
     JOB_UMASK, PROC_MASKED_DIRS, PROC_MASKED_FILES, PROC_READ_ONLY, SANDBOX_AGENT_DIR,
 };
 use crate::seqpacket::SeqPacket;
+use crate::setid_guard;
 use crate::util::log;
 
 const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
@@ -97,12 +98,15 @@ fn set_up(chan: &SeqPacket) -> Result<()> {
         ));
     }
     make_mounts()?;
+    // For the daemon's set-id guard to mark before any job runs here.
+    let mounts = setid_guard::workspace_mounts()?;
     // From here init needs no privilege at all (forking jobs, `kill(-1)` on its own
     // uid's processes and reaping need none), so it drops everything once and its jobs
     // inherit that: a plain spawn (vfork-fast, no pre-exec code) then suffices per job.
     drop_privileges()?;
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(JOB_UMASK));
-    proto::send(chan, &FromInit::Ready, &[])
+    let borrowed: Vec<_> = mounts.iter().map(AsFd::as_fd).collect();
+    proto::send(chan, &FromInit::Ready, &borrowed)
 }
 
 /// One job at a time until the agent closes the channel.

@@ -5,7 +5,7 @@
 //! [`super::HOST_KITS`], so a shell's exit never cancels it.
 
 use std::ffi::OsString;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
@@ -15,7 +15,9 @@ use super::{Daemon, Shell};
 use crate::kits::{self, Kit};
 use crate::proto::{Bytes, EnvVar, KitFailure, ToAgent};
 use crate::receipt::Receipt;
-use crate::sandbox::{self, Isolation, Layout, Role};
+use crate::sandbox::{self, Isolation, Layout, Role, SANDBOX_GUARD_EXEC};
+use crate::seqpacket::SeqPacket;
+use crate::setid_guard;
 use crate::util::{self, log};
 
 /// How a kit job ended: its receipt (once durable) and its status, or why it has none
@@ -211,16 +213,36 @@ impl KitJob {
     ) -> Result<(Option<i32>, Option<i32>), String> {
         let cfg = &self.daemon.cfg;
         let env = &self.env;
-        // The seccomp descriptor (bwrap only) must outlive the spawn.
+        // The seccomp descriptor (bwrap only) must outlive the spawn, as must the kit's
+        // end of the guard socket.
+        let mut guard_link = None;
         let (mut cmd, _seccomp) = match &cfg.isolation {
             Isolation::Bwrap(bwrap) => {
                 let home = sandbox::env_home(env);
-                let layout = Layout {
+                let mut layout = Layout {
                     role: Role::Kit,
                     workspace: &cfg.workspace,
                     job_home: home.as_deref(),
                     hostname: "marsh-kit",
                     ro_files: Vec::new(),
+                    pass_fds: Vec::new(),
+                };
+                // With the set-id guard, the kit's first program is `guard-exec`: it has
+                // this container's workspace mounts marked, then becomes the kit.
+                let guarded_argv;
+                let argv = match &cfg.setid_guard {
+                    Ok(guard) => {
+                        let (ours, theirs) = SeqPacket::pair().map_err(|e| e.to_string())?;
+                        let fd = theirs.as_fd().as_raw_fd();
+                        layout
+                            .ro_files
+                            .push((cfg.self_fd.as_raw_fd(), SANDBOX_GUARD_EXEC));
+                        layout.pass_fds.push(fd);
+                        guarded_argv = guard_exec_argv(fd, argv);
+                        guard_link = Some((Arc::clone(guard), ours, theirs));
+                        &guarded_argv[..]
+                    }
+                    Err(_) => argv,
                 };
                 let (cmd, seccomp) =
                     sandbox::bwrap_command(bwrap, &cfg.confinement, &layout, env, argv)
@@ -247,6 +269,17 @@ impl KitJob {
         // Close our copies of the caller's stdio so only the container holds them.
         drop(cmd);
         let mut child = spawned.map_err(|e| format!("starting kit {}: {e}", self.name))?;
+        if let Some((guard, ours, theirs)) = guard_link {
+            // Only the container holds its end now: a wrapper that dies reads as end of
+            // stream. The wrapper runs nothing before the answer.
+            drop(theirs);
+            let served = ours
+                .set_recv_timeout(Some(setid_guard::REQUEST_TIMEOUT))
+                .and_then(|()| guard.serve_one(&ours));
+            if let Err(e) = served {
+                log!("kit {}: set-id guard: {e}", self.name);
+            }
+        }
         let pid = util::child_pid(&child);
         if !self.daemon.kit_job_started(self.key, pid) {
             util::kill_container(pid);
@@ -263,4 +296,17 @@ impl KitJob {
             }
         }
     }
+}
+
+/// The kit's command behind `marshd guard-exec`, which asks on `fd` first.
+fn guard_exec_argv(fd: RawFd, argv: &[OsString]) -> Vec<OsString> {
+    let mut out: Vec<OsString> = vec![
+        SANDBOX_GUARD_EXEC.into(),
+        "guard-exec".into(),
+        "--fd".into(),
+        fd.to_string().into(),
+        "--".into(),
+    ];
+    out.extend(argv.iter().cloned());
+    out
 }

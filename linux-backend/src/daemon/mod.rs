@@ -34,6 +34,7 @@ use crate::publication::{Publisher, Settings};
 use crate::receipt::{self, Receipt};
 use crate::sandbox::{Confinement, Isolation};
 use crate::seqpacket::Listener;
+use crate::setid_guard::SetIdGuard;
 use crate::token;
 use crate::util::{self, ensure_private_dir, log};
 use crate::workers::Workers;
@@ -58,8 +59,12 @@ pub(crate) struct Config {
     pub isolation: Isolation,
     /// The settings in force (read once, at boot).
     pub backend: BackendConfig,
-    /// The seccomp program, control group and `/etc` covers every sandbox shares.
+    /// The seccomp program, control group and `/etc` view every sandbox shares.
     pub confinement: Confinement,
+    /// The set-id guard marking every sandbox's workspace mounts, or why there is none
+    /// (a daemon that is not root, a kernel without permission events, or unconfined
+    /// jobs, which no sandbox holds anyway).
+    pub setid_guard: std::result::Result<Arc<SetIdGuard>, String>,
     pub token: String,
     pub idle: Duration,
     /// Where this marshd was started from (for messages and the unconfined agent's
@@ -211,6 +216,13 @@ fn configure(home: Home, workspace: &Path) -> Result<Config> {
         isolation,
     } = backend::assess(&home, user_home.as_ref(), Some(&workspace))?;
     let confinement = Confinement::new(&backend, Limits::establish(&backend))?;
+    let setid_guard = match isolation {
+        Isolation::Bwrap(_) => SetIdGuard::start(),
+        Isolation::Unconfined => Err("jobs run unconfined".to_string()),
+    };
+    if let Err(reason) = &setid_guard {
+        log!("set-id guard off: {reason}");
+    }
     let self_exe =
         std::env::current_exe().context(|| "locating the marshd executable".to_string())?;
     let self_fd = File::options()
@@ -230,6 +242,7 @@ fn configure(home: Home, workspace: &Path) -> Result<Config> {
         idle: Duration::from_secs(backend.idle_secs),
         backend,
         confinement,
+        setid_guard,
         self_exe,
         self_fd,
         job_home: user_home.map(PathBuf::from),

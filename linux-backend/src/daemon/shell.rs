@@ -302,6 +302,16 @@ fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, AgentDirs)> {
     // The channel itself is handed over on a bootstrap socket, never inherited: see
     // `agent::take_channel` for why.
     let (bootstrap, agent_bootstrap) = SeqPacket::pair()?;
+    // The set-id guard's socket, when the daemon runs one and jobs are contained: the
+    // agent asks on it to have each job container's workspace mounts marked before the
+    // container takes a job.
+    let guard = match (&cfg.setid_guard, &cfg.isolation) {
+        (Ok(guard), Isolation::Bwrap(_)) => {
+            let (ours, theirs) = SeqPacket::pair()?;
+            Some((Arc::clone(guard), ours, theirs))
+        }
+        _ => None,
+    };
     let agent_env = [(OsString::from("PATH"), OsString::from("/usr/bin:/bin"))];
     let (mut cmd, dirs, seccomp) = match &cfg.isolation {
         Isolation::Bwrap(bwrap) => {
@@ -311,6 +321,7 @@ fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, AgentDirs)> {
                 job_home: cfg.job_home.as_deref(),
                 hostname: "marsh-shell",
                 ro_files: vec![(cfg.self_fd.as_raw_fd(), SANDBOX_AGENT)],
+                pass_fds: Vec::new(),
             };
             let mut argv: Vec<OsString> = [
                 SANDBOX_AGENT,
@@ -377,10 +388,24 @@ fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, AgentDirs)> {
     let mut child = spawned
         .context(|| "starting the project shell".to_string())
         .map_err(Error::into_backend)?;
-    let handed_over = bootstrap.send(b"channel", &[theirs.as_fd()]);
-    // From here the agent is the only holder of its end of the channel, so its death
-    // reads as end of stream; closing the bootstrap leaves nothing on it.
+    let mut handed: Vec<BorrowedFd<'_>> = vec![theirs.as_fd()];
+    if let Some((_, _, agent_guard)) = &guard {
+        handed.push(agent_guard.as_fd());
+    }
+    let handed_over = bootstrap.send(b"channel", &handed);
+    drop(handed);
+    // From here the agent is the only holder of its end of the channel (and of the
+    // guard socket), so its death reads as end of stream; closing the bootstrap leaves
+    // nothing on it.
+    let guard_served = match guard {
+        Some((guard, ours_guard, agent_guard)) => {
+            drop(agent_guard);
+            guard.serve_link(ours_guard)
+        }
+        None => Ok(()),
+    };
     drop((theirs, bootstrap));
+    let handed_over = handed_over.and(guard_served);
     if let Err(e) = handed_over {
         util::kill_group(util::child_pid(&child));
         let _ = child.wait();

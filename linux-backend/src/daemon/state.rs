@@ -327,6 +327,11 @@ impl Daemon {
                 &self.cfg.isolation,
                 self.cfg.confinement.limits.report(),
                 &self.cfg.confinement.etc,
+                self.cfg
+                    .setid_guard
+                    .as_ref()
+                    .map(|_| ())
+                    .map_err(String::as_str),
             ),
         }
     }

@@ -47,6 +47,9 @@ pub const SANDBOX_AGENT: &str = "/run/marsh/agent";
 pub const SANDBOX_KIT_SOCKET: &str = "/run/marsh/kit.sock";
 pub const SANDBOX_KIT_DIR: &str = "/run/marsh/kits";
 pub const SANDBOX_BIN_DIR: &str = "/run/marsh/bin";
+/// Where a kit container finds `marshd` for `guard-exec` (set-id guard only): outside
+/// `/run/marsh`, which a kit container never has.
+pub const SANDBOX_GUARD_EXEC: &str = "/run/marsh-guard-exec";
 
 /// Host directories bound read-only (or recreated as symlinks) when present; `/etc`
 /// is built apart ([`EtcView`]).
@@ -169,6 +172,9 @@ pub struct Layout<'a> {
     /// descriptor, so what is bound is the file that was opened, whatever its path
     /// names by the time bubblewrap runs.
     pub ro_files: Vec<(RawFd, &'static str)>,
+    /// Descriptors the sandbox's first program inherits as they are (a kit's
+    /// `guard-exec` gets its guard socket so); close-on-exec everywhere else.
+    pub pass_fds: Vec<RawFd>,
 }
 
 /// A bubblewrap command for `layout` running `argv` with exactly `env`, plus the
@@ -195,6 +201,7 @@ pub fn bwrap_command(
     .current_dir("/");
     let mut inherited = vec![seccomp.as_raw_fd()];
     inherited.extend(layout.ro_files.iter().map(|(fd, _)| *fd));
+    inherited.extend(layout.pass_fds.iter().copied());
     spawn::prepare(&mut cmd, inherited, &confinement.limits);
     Ok((cmd, seccomp))
 }
@@ -475,6 +482,7 @@ mod tests {
             job_home: Some(Path::new("/root")),
             hostname: "h",
             ro_files: vec![],
+            pass_fds: vec![],
         };
         let args = bwrap_args(&confinement, &layout, 9, &[], &["true".into()]);
         let text: Vec<String> = args

@@ -61,12 +61,22 @@ fn backend_check(backend: Option<&Value>) -> Check {
             ),
         );
     }
+    let guard = text("/setid_guard").unwrap_or("off: not reported (an older marsh)");
     match text("/isolation") {
+        // A root server's jobs own every root file in the workspace: without the guard
+        // a host-placed set-id file could be rewritten into a root shell.
+        Some("bwrap") if guard != "on" && nix::unistd::geteuid().is_root() => check(
+            "isolation",
+            false,
+            format!(
+                "set-id guard {guard}: jobs of a root server could rewrite a set-id file the host puts in the workspace; fix: run on a kernel with fanotify permission events (CONFIG_FANOTIFY_ACCESS_PERMISSIONS) and CAP_SYS_ADMIN"
+            ),
+        ),
         Some("bwrap") => check(
             "isolation",
             true,
             format!(
-                "jobs run under bubblewrap; network {network}; {limits}; {}",
+                "jobs run under bubblewrap; network {network}; {limits}; set-id guard {guard}; {}",
                 etc_policy(backend)
             ),
         ),

@@ -18,6 +18,20 @@ fn stdout(data: &Value) -> &str {
     data["stdout_text"].as_str().unwrap_or_default()
 }
 
+/// The detail of `doctor`'s `isolation` check, which must pass.
+fn isolation_detail(s: &mut Server) -> String {
+    let doctor = s.ok("doctor", json!({}));
+    let isolation = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "isolation")
+        .unwrap()
+        .clone();
+    assert_eq!(isolation["ok"], true, "{isolation}");
+    isolation["detail"].as_str().unwrap().to_string()
+}
+
 fn write_mode(path: &Path, text: &str, mode: u32) {
     fs::write(path, text).unwrap();
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
@@ -112,18 +126,131 @@ fn etc_secrets_replaced_by_rename_or_created_later_stay_invisible() {
         "{everyday}"
     );
 
-    let doctor = s.ok("doctor", json!({}));
-    let isolation = doctor["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "isolation")
-        .unwrap()
-        .clone();
-    let detail = isolation["detail"].as_str().unwrap();
+    let detail = isolation_detail(&mut s);
+    let detail = detail.as_str();
     assert!(
         detail.contains("/etc shows only an allowlist") && detail.contains("passwd"),
         "{detail}"
     );
     assert!(!detail.contains("shadow"), "{detail}");
+}
+
+/// Rewrites the first bytes of each named file through a shared writable mapping
+/// (`mmap(MAP_SHARED)` + store + `msync`: the one route on which the kernel keeps
+/// set-id bits and file capabilities), printing what happened to each.
+const MMAP_REWRITE: &str = r#"
+import mmap, os, sys
+for name in sys.argv[1:]:
+    if name == "kit":  # the kit command's $0
+        continue
+    try:
+        fd = os.open(name, os.O_RDWR)
+    except OSError as e:
+        print(name, "refused", e.errno)
+        continue
+    m = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    m[0:6] = b"PWNED!"
+    m.flush()
+    m.close()
+    os.close(fd)
+    print(name, "rewritten")
+"#;
+
+/// The contents and set-id state of a workspace file, as the host sees them.
+fn host_view(path: &Path) -> (Vec<u8>, u32, bool) {
+    let meta = fs::metadata(path).unwrap();
+    let caps = Command::new("getcap").arg(path).output().unwrap();
+    (
+        fs::read(path).unwrap(),
+        meta.permissions().mode() & 0o7777,
+        !String::from_utf8_lossy(&caps.stdout).trim().is_empty(),
+    )
+}
+
+/// The host puts set-uid, set-gid and file-capability copies of a program in the
+/// workspace (as root's `tar x` or `make install` would). Jobs of the project shell
+/// and of a kit container try the attack (a shared writable mapping) and the ordinary
+/// routes (append, truncate, `cp` over, `dd conv=notrunc`): afterwards each file either
+/// has its original contents or has lost its set-id bits and capability, and the
+/// mapping route never gets a descriptor. A plain file beside them is rewritten, so the
+/// job could have.
+#[test]
+fn a_job_cannot_rewrite_a_set_id_file_the_host_put_in_the_workspace() {
+    if marsh_tests::skip_unless_root("set-id root files and file capabilities in the workspace") {
+        return;
+    }
+    let sb = Sandbox::new();
+    let ws = sb.workspace();
+    let original = fs::read("/usr/bin/true").unwrap();
+    let place = |name: &str, mode: u32| {
+        let path = ws.join(name);
+        fs::write(&path, &original).unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(mode)).unwrap();
+        path
+    };
+    let files = [
+        place("setuid-helper", 0o4755),
+        place("setgid-helper", 0o2755),
+        place("caps-helper", 0o755),
+        place("kit-setuid-helper", 0o4755),
+    ];
+    let plain = place("plain-helper", 0o755);
+    let setcap = Command::new("setcap")
+        .args(["cap_setuid+ep"])
+        .arg(&files[2])
+        .status()
+        .unwrap();
+    assert!(setcap.success(), "setcap (libcap2-bin) is needed");
+    let mut s = Server::start(&sb, &sb.serve_home_args(&[]), &[]);
+    fs::create_dir_all(sb.home().join("kits")).unwrap();
+    fs::write(
+        sb.home().join("kits/rewriter.json"),
+        json!({"command": ["/usr/bin/python3", "-c", MMAP_REWRITE, "kit"], "description": "rewrites files"}).to_string(),
+    )
+    .unwrap();
+    fs::write(ws.join("rewrite.py"), MMAP_REWRITE).unwrap();
+
+    let shell = run(
+        &mut s,
+        "/usr/bin/python3 rewrite.py setuid-helper setgid-helper caps-helper plain-helper",
+    );
+    let kit = run(&mut s, "rewriter kit-setuid-helper");
+    let intact = |when: &str| {
+        for path in &files {
+            let (contents, mode, caps) = host_view(path);
+            let privileged = mode & 0o6000 != 0 || caps;
+            assert!(
+                contents == original || !privileged,
+                "{when}: {} changed ({}) and kept mode {mode:o} / capability {caps}",
+                path.display(),
+                String::from_utf8_lossy(&contents[..6])
+            );
+        }
+    };
+    intact("after the shared-mapping rewrite");
+    assert_eq!(
+        stdout(&shell),
+        "setuid-helper refused 1\nsetgid-helper refused 1\ncaps-helper refused 1\nplain-helper rewritten\n",
+        "{shell}"
+    );
+    assert_eq!(stdout(&kit), "kit-setuid-helper refused 1\n", "{kit}");
+    assert!(fs::read(&plain).unwrap().starts_with(b"PWNED!"));
+
+    let routes = run(
+        &mut s,
+        "for f in setuid-helper setgid-helper caps-helper; do \
+           printf x >> $f; dd if=/dev/zero of=$f bs=1 count=4 conv=notrunc 2>/dev/null; \
+           cp plain-helper $f 2>/dev/null; truncate -s 8 $f; done; cat setuid-helper >/dev/null; echo done",
+    );
+    assert!(stdout(&routes).ends_with("done\n"), "{routes}");
+    assert!(
+        routes["stderr_text"]
+            .as_str()
+            .unwrap()
+            .contains("Operation not permitted"),
+        "a job's open of a set-id file is refused: {routes}"
+    );
+    intact("after append, dd, cp and truncate");
+    let detail = isolation_detail(&mut s);
+    assert!(detail.contains("set-id guard on"), "{detail}");
 }
