@@ -5,8 +5,10 @@
 //!    bare `marsh -c true` of the stand-in on the same warm home, as a ratio.
 //! 3. `shell_run` of a command printing 100 MB: throughput and marsh-mcp peak RSS.
 //! 4. With `MARSH_BENCH_BASELINE=DIR` (a directory holding another build's `marsh-mcp`,
-//!    `marsh`, `marshd`, `sbx`): `shell_run true` of this build and of that one side by
-//!    side, interleaved in blocks of 50 so that machine noise hits both alike.
+//!    `marsh`, `marshd`, `sbx`): `shell_run true`, and a command opening 1,000
+//!    workspace files (`cat files/*`, where the set-id guard answers every open), of
+//!    this build and of that one side by side, interleaved in blocks of 50 so that
+//!    machine noise hits both alike.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::process::{Command, Stdio};
@@ -99,7 +101,7 @@ fn main() {
     );
 
     if let Some(dir) = std::env::var_os("MARSH_BENCH_BASELINE") {
-        side_by_side(&mut s, std::path::Path::new(&dir));
+        side_by_side(&mut s, &sb.workspace(), std::path::Path::new(&dir));
     }
 
     // 3. 100 MB of output
@@ -122,7 +124,7 @@ fn main() {
     }
     let elapsed = t.elapsed();
     let got = s.ok("operation_get", json!({"operation_id": id}));
-    let bytes = got["stdout_page_bytes"].as_u64().unwrap();
+    let bytes = got["stdout_total_bytes"].as_u64().unwrap();
     let peak = vm_hwm_kib(s.pid()).unwrap_or(0);
     println!(
         "shell_run printing 100 MB: {bytes} bytes in {:.2} s = {:.0} MB/s; marsh-mcp peak RSS {:.1} MiB (before: {:.1} MiB); state {state}",
@@ -134,7 +136,7 @@ fn main() {
 }
 
 /// Section 4: this build's server `current` against a baseline build in `dir`.
-fn side_by_side(current: &mut Server, dir: &std::path::Path) {
+fn side_by_side(current: &mut Server, current_ws: &std::path::Path, dir: &std::path::Path) {
     let sb = Sandbox::new();
     let bin = tempfile::tempdir().unwrap();
     for name in ["marsh-mcp", "marsh", "marshd", "sbx"] {
@@ -147,24 +149,36 @@ fn side_by_side(current: &mut Server, dir: &std::path::Path) {
     for _ in 0..20 {
         baseline.ok("shell_run", json!({"command": "true"}));
     }
-    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
-    for _ in 0..6 {
-        for (server, samples) in [(&mut *current, &mut ours), (&mut baseline, &mut theirs)] {
-            for _ in 0..50 {
-                let t = Instant::now();
-                let data = server.ok("shell_run", json!({"command": "true"}));
-                samples.push(t.elapsed());
-                assert_eq!(data["exit_code"], 0);
-            }
+    for ws in [current_ws, &sb.workspace()] {
+        let files = ws.join("files");
+        std::fs::create_dir_all(&files).unwrap();
+        for i in 0..1000 {
+            std::fs::write(files.join(format!("f{i:04}")), "x").unwrap();
         }
     }
-    let (a, b) = (percentile(&mut ours, 0.5), percentile(&mut theirs, 0.5));
-    println!(
-        "side by side, shell_run true (n=300 each, interleaved): this build median {:.2} ms, p99 {:.2} ms; baseline median {:.2} ms, p99 {:.2} ms; ratio {:.3}",
-        ms(a),
-        ms(percentile(&mut ours, 0.99)),
-        ms(b),
-        ms(percentile(&mut theirs, 0.99)),
-        ms(a) / ms(b)
-    );
+    for (label, command) in [
+        ("shell_run true", "true"),
+        ("shell_run cat files/* (1,000 opens)", "cat files/* >/dev/null"),
+    ] {
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for _ in 0..6 {
+            for (server, samples) in [(&mut *current, &mut ours), (&mut baseline, &mut theirs)] {
+                for _ in 0..50 {
+                    let t = Instant::now();
+                    let data = server.ok("shell_run", json!({"command": command}));
+                    samples.push(t.elapsed());
+                    assert_eq!(data["exit_code"], 0, "{data}");
+                }
+            }
+        }
+        let (a, b) = (percentile(&mut ours, 0.5), percentile(&mut theirs, 0.5));
+        println!(
+            "side by side, {label} (n=300 each, interleaved): this build median {:.2} ms, p99 {:.2} ms; baseline median {:.2} ms, p99 {:.2} ms; ratio {:.3}",
+            ms(a),
+            ms(percentile(&mut ours, 0.99)),
+            ms(b),
+            ms(percentile(&mut theirs, 0.99)),
+            ms(a) / ms(b)
+        );
+    }
 }
