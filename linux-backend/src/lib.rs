@@ -5,6 +5,7 @@
 // `make lint` fails on a dependency the library does not use (test builds add dev-dependencies).
 #![cfg_attr(not(test), deny(unused_crate_dependencies))]
 
+mod admission;
 mod agent;
 mod backend;
 mod client;

@@ -6,10 +6,21 @@
 //! - `cgroup2`: a writable cgroup v2 directory that delegates `pids` (and `memory`) to
 //!   children: the daemon's own cgroup when it does (only a root cgroup can, by the
 //!   "no internal processes" rule), else the root of the cgroup2 mount (a root server
-//!   on a systemd host, or in a container with its own cgroup namespace). A child
-//!   `marsh-shim-<pid>` gets `pids.max`, `memory.max` and (when present)
+//!   on a systemd host, or in a container with its own cgroup namespace). The group
+//!   `marsh-shim/<pid>` gets `pids.max`, `memory.max` and (when present)
 //!   `memory.swap.max` 0.
-//! - `cgroup1`: writable v1 `pids` (and `memory`) hierarchies, as root on v1/hybrid hosts.
+//! - `cgroup1`: writable v1 `pids` (and `memory`) hierarchies, as root on v1/hybrid hosts,
+//!   with the same `marsh-shim/<pid>` groups.
+//!
+//! Every daemon's group sits in one shared group, `marsh-shim`, whose memory limit is a
+//! ceiling for all scopes together: [`CEILING_PERCENT`] of the machine's memory (or a
+//! lower limit already set there), so sixteen scopes of 4 GiB each cannot promise more
+//! memory than the machine has. A daemon holds a shared `flock` on its own group's
+//! directory for its life; a group whose lock can be taken exclusively belongs to a
+//! daemon that is gone (SIGKILL included), and is removed by the next daemon to start
+//! (`rmdir` itself refuses a group that still holds a process). Creation and removal
+//! happen under an exclusive lock on `marsh-shim`, so a group is never removed between
+//! its creation and its owner's lock.
 //! - `rlimit`: `RLIMIT_DATA` per process on every sandbox, and `RLIMIT_NPROC` on each
 //!   shell job, set by the agent inside the sandbox's user namespace so it counts that
 //!   namespace's processes only (Linux 5.14+): all of the project shell's processes
@@ -36,7 +47,12 @@ use crate::config::BackendConfig;
 use crate::util::{self, log};
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
-const GROUP_PREFIX: &str = "marsh-shim-";
+/// The group every daemon's own group sits in.
+const SHARED_GROUP: &str = "marsh-shim";
+/// Groups of earlier releases, directly in the parent (`marsh-shim-<pid>`).
+const LEGACY_PREFIX: &str = "marsh-shim-";
+/// The shared memory ceiling, as a share of the machine's memory.
+pub const CEILING_PERCENT: u64 = 75;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -54,6 +70,10 @@ pub struct LimitsReport {
     pub memory_max_bytes: u64,
     /// False when the process bound does not hold (rlimits for uid 0).
     pub enforced: bool,
+    /// The memory limit of all scopes' groups together (the shared group's), when a
+    /// control group limits memory.
+    #[serde(default)]
+    pub ceiling_bytes: Option<u64>,
 }
 
 /// Where groups would be made: one parent directory per controller hierarchy.
@@ -93,6 +113,7 @@ fn report(mechanism: Mechanism, config: &BackendConfig) -> LimitsReport {
         pids_max: config.pids_max,
         memory_max_bytes: config.memory_max_bytes(),
         enforced: mechanism != Mechanism::Rlimit || util::euid() != 0,
+        ceiling_bytes: None,
     }
 }
 
@@ -169,6 +190,9 @@ pub struct Limits {
     procs: Vec<File>,
     /// The group directories, removed (once empty) when the daemon ends.
     dirs: Vec<PathBuf>,
+    /// A shared `flock` on each group directory, held for the daemon's life: what tells
+    /// a later daemon that the group is not stale.
+    _held: Vec<nix::fcntl::Flock<File>>,
     /// True when no group exists and rlimits stand in.
     rlimit_mode: bool,
 }
@@ -178,12 +202,16 @@ impl Limits {
     /// back to rlimits when a group cannot be made.
     pub fn establish(config: &BackendConfig) -> Limits {
         let parents = Parents::find();
-        let name = format!("{GROUP_PREFIX}{}", std::process::id());
+        let name = std::process::id().to_string();
         match make_groups(&parents, &name, config) {
-            Ok(Some((dirs, procs))) => Limits {
-                report: report(parents.mechanism(), config),
-                procs,
-                dirs,
+            Ok(Some(groups)) => Limits {
+                report: LimitsReport {
+                    ceiling_bytes: groups.ceiling,
+                    ..report(parents.mechanism(), config)
+                },
+                procs: groups.procs,
+                dirs: groups.dirs,
+                _held: groups.held,
                 rlimit_mode: false,
             },
             Ok(None) => Self::rlimits(config),
@@ -200,6 +228,7 @@ impl Limits {
             report: report(Mechanism::Rlimit, config),
             procs: Vec::new(),
             dirs: Vec::new(),
+            _held: Vec::new(),
             rlimit_mode: true,
         }
     }
@@ -231,8 +260,16 @@ impl Limits {
     }
 }
 
-type Groups = (Vec<PathBuf>, Vec<File>);
+/// What [`make_groups`] made.
+struct Groups {
+    dirs: Vec<PathBuf>,
+    procs: Vec<File>,
+    held: Vec<nix::fcntl::Flock<File>>,
+    ceiling: Option<u64>,
+}
 
+/// Makes `marsh-shim/<name>` under each parent, with `settings`, under the shared
+/// group's exclusive lock (first removing the groups of daemons that are gone).
 fn make_groups(
     parents: &Parents,
     name: &str,
@@ -240,49 +277,91 @@ fn make_groups(
 ) -> std::io::Result<Option<Groups>> {
     let pids = config.pids_max.to_string();
     let memory = config.memory_max_bytes().to_string();
-    let (mut dirs, mut procs) = (Vec::new(), Vec::new());
-    let mut make = |parent: &Path, settings: &[(&str, &str)]| -> std::io::Result<()> {
-        remove_stale(parent);
-        let dir = parent.join(name);
-        match fs::create_dir(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
+    let ceiling = machine_memory().map(|total| total / 100 * CEILING_PERCENT);
+    let mut groups = Groups {
+        dirs: Vec::new(),
+        procs: Vec::new(),
+        held: Vec::new(),
+        ceiling: None,
+    };
+    // `shared` is (file, value) to set on the shared group when it is looser.
+    let mut make = |parent: &Path,
+                    shared: &[(&str, u64)],
+                    delegate: &str,
+                    settings: &[(&str, &str)]|
+     -> std::io::Result<()> {
+        remove_legacy(parent);
+        let shared_dir = parent.join(SHARED_GROUP);
+        create_dir_if_absent(&shared_dir)?;
+        let shared_lock = File::open(&shared_dir)?;
+        nix::fcntl::Flock::lock(shared_lock, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| std::io::Error::from(e))
+            .and_then(|_locked| {
+                if !delegate.is_empty() {
+                    write_setting(&shared_dir, "cgroup.subtree_control", delegate)?;
+                }
+                for (file, limit) in shared {
+                    groups.ceiling = Some(tighten(&shared_dir, file, *limit)?);
+                }
+                remove_stale(&shared_dir);
+                let dir = shared_dir.join(name);
+                create_dir_if_absent(&dir)?;
+                groups.dirs.push(dir.clone());
+                let held = nix::fcntl::Flock::lock(
+                    File::open(&dir)?,
+                    nix::fcntl::FlockArg::LockSharedNonblock,
+                )
+                .map_err(|(_, e)| std::io::Error::from(e))?;
+                groups.held.push(held);
+                for (file, value) in settings {
+                    match write_setting(&dir, file, value) {
+                        // Swap accounting is optional (a kernel without it lacks the file).
+                        Err(e)
+                            if e.kind() == std::io::ErrorKind::NotFound
+                                && *file == "memory.swap.max" => {}
+                        other => other?,
+                    }
+                }
+                groups
+                    .procs
+                    .push(File::options().write(true).open(dir.join("cgroup.procs"))?);
+                Ok(())
+            })
+    };
+    let ceiling_for = |memory_controlled: bool, file: &'static str| -> Vec<(&'static str, u64)> {
+        match ceiling {
+            Some(c) if memory_controlled => vec![(file, c)],
+            _ => Vec::new(),
         }
-        dirs.push(dir.clone());
-        for (file, value) in settings {
-            match File::options().write(true).open(dir.join(file)) {
-                Ok(mut f) => f.write_all(value.as_bytes())?,
-                // Swap accounting is optional (a kernel without it lacks the file).
-                Err(e)
-                    if e.kind() == std::io::ErrorKind::NotFound && *file == "memory.swap.max" => {}
-                Err(e) => return Err(e),
-            }
-        }
-        procs.push(File::options().write(true).open(dir.join("cgroup.procs"))?);
-        Ok(())
     };
     let result = match parents {
         Parents::None => return Ok(None),
         Parents::V2 { parent, memory: m } => {
             let mut settings = vec![("pids.max", pids.as_str())];
-            if *m {
+            let delegate = if *m {
                 settings.push(("memory.max", memory.as_str()));
                 settings.push(("memory.swap.max", "0"));
-            }
-            make(parent, &settings)
+                "+pids +memory"
+            } else {
+                "+pids"
+            };
+            make(parent, &ceiling_for(*m, "memory.max"), delegate, &settings)
         }
-        Parents::V1 { pids: p, memory: m } => {
-            make(p, &[("pids.max", pids.as_str())]).and_then(|()| match m {
-                Some(m) => make(m, &[("memory.limit_in_bytes", memory.as_str())]),
+        Parents::V1 { pids: p, memory: m } => make(p, &[], "", &[("pids.max", pids.as_str())])
+            .and_then(|()| match m {
+                Some(m) => make(
+                    m,
+                    &ceiling_for(true, "memory.limit_in_bytes"),
+                    "",
+                    &[("memory.limit_in_bytes", memory.as_str())],
+                ),
                 None => Ok(()),
-            })
-        }
+            }),
     };
     match result {
-        Ok(()) => Ok(Some((dirs, procs))),
+        Ok(()) => Ok(Some(groups)),
         Err(e) => {
-            for dir in &dirs {
+            for dir in &groups.dirs {
                 let _ = fs::remove_dir(dir);
             }
             Err(e)
@@ -290,14 +369,78 @@ fn make_groups(
     }
 }
 
-/// A group younger than this is never taken for stale: its daemon may live in another
-/// pid namespace (where its pid means nothing here) and not have started a sandbox yet.
+fn create_dir_if_absent(dir: &Path) -> std::io::Result<()> {
+    match fs::create_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        other => other,
+    }
+}
+
+fn write_setting(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
+    File::options()
+        .write(true)
+        .open(dir.join(file))?
+        .write_all(value.as_bytes())
+}
+
+/// Sets `file` in `dir` to `limit` unless it already holds a lower one (an
+/// administrator's); returns the limit in force.
+fn tighten(dir: &Path, file: &str, limit: u64) -> std::io::Result<u64> {
+    let current = fs::read_to_string(dir.join(file))?;
+    match current.trim().parse::<u64>() {
+        Ok(set) if set <= limit => Ok(set),
+        _ => write_setting(dir, file, &limit.to_string()).map(|()| limit),
+    }
+}
+
+/// `MemTotal` of `/proc/meminfo`, in bytes.
+fn machine_memory() -> Option<u64> {
+    let text = fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
+/// Removes the groups in `shared` whose daemon is gone: a group whose directory can be
+/// locked exclusively has no daemon holding it. Call under `shared`'s exclusive lock.
+fn remove_stale(shared: &Path) {
+    let Ok(entries) = fs::read_dir(shared) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let is_group = entry.file_type().is_ok_and(|t| t.is_dir())
+            && entry
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok());
+        if !is_group {
+            continue;
+        }
+        let Ok(dir) = File::open(entry.path()) else {
+            continue;
+        };
+        if let Ok(_unheld) =
+            nix::fcntl::Flock::lock(dir, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        {
+            let _ = fs::remove_dir(entry.path());
+        }
+    }
+}
+
+/// A legacy group younger than this is never taken for stale: its daemon may live in
+/// another pid namespace (where its pid means nothing here) and not have started a
+/// sandbox yet. (Groups of this release are told apart by their lock instead.)
 const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Removes the empty groups of daemons that are gone (a SIGKILLed daemon leaves its
-/// group behind). Only an old group whose pid is not alive here is tried, and `rmdir`
-/// itself refuses a group that holds any process.
-fn remove_stale(parent: &Path) {
+/// Removes the empty `marsh-shim-<pid>` groups of earlier releases' daemons that are
+/// gone: only an old group whose pid is not alive here is tried.
+fn remove_legacy(parent: &Path) {
     let Ok(entries) = fs::read_dir(parent) else {
         return;
     };
@@ -305,7 +448,7 @@ fn remove_stale(parent: &Path) {
         let name = entry.file_name();
         let Some(pid) = name
             .to_str()
-            .and_then(|n| n.strip_prefix(GROUP_PREFIX))
+            .and_then(|n| n.strip_prefix(LEGACY_PREFIX))
             .and_then(|p| p.parse::<u32>().ok())
         else {
             continue;
@@ -316,7 +459,7 @@ fn remove_stale(parent: &Path) {
             .ok()
             .and_then(|t| t.elapsed().ok())
             .is_some_and(|age| age >= STALE_AFTER);
-        if old && pid != std::process::id() && !util::process_alive(pid) {
+        if old && !util::process_alive(pid) {
             let _ = fs::remove_dir(entry.path());
         }
     }

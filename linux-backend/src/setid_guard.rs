@@ -41,28 +41,22 @@
 
 #![allow(unsafe_code)]
 
+use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::Arc;
-use std::time::Duration;
-
-use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::Arc;
 
 use nix::fcntl::OFlag;
 
+use crate::admission;
 use crate::error::{Context, Error, Result};
 use crate::seqpacket::SeqPacket;
 use crate::util::log;
 
-/// Most mounts one request may name (the workspace and mounts below it).
+/// Most mounts one container may name (the workspace and mounts below it).
 pub const MAX_GUARDED_MOUNTS: usize = 64;
-/// How long a guard request (a container's, or a kit's wrapper's) may take to arrive.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The reply to a guard request that succeeded.
-pub const GUARDED: &[u8] = b"guarded";
 
 /// One daemon's fanotify group; its event thread answers every permission event.
 pub struct SetIdGuard {
@@ -110,55 +104,6 @@ impl SetIdGuard {
         }
         Ok(())
     }
-
-    /// Answers one guard request on `link`: marks every mount whose descriptor it
-    /// carries (at least one, at most [`MAX_GUARDED_MOUNTS`]) and replies [`GUARDED`],
-    /// or replies the failure. `Ok(false)` at end of stream.
-    pub fn serve_one(&self, link: &SeqPacket) -> Result<bool> {
-        let Some(request) = link.recv()? else {
-            return Ok(false);
-        };
-        let outcome = if request.fds.is_empty() || request.fds.len() > MAX_GUARDED_MOUNTS {
-            Err(Error::Protocol(format!(
-                "a guard request carries 1 to {MAX_GUARDED_MOUNTS} mounts, not {}",
-                request.fds.len()
-            )))
-        } else {
-            request
-                .fds
-                .iter()
-                .try_for_each(|fd| self.guard_mount(fd.as_fd()))
-        };
-        match outcome {
-            Ok(()) => link.send(GUARDED, &[])?,
-            Err(e) => {
-                log!("set-id guard: {e}");
-                link.send(e.to_string().as_bytes(), &[])?;
-            }
-        }
-        Ok(true)
-    }
-
-    /// Serves guard requests on `link` until its other end closes (a project shell's
-    /// agent), on a thread of its own.
-    pub fn serve_link(self: Arc<Self>, link: SeqPacket) -> Result<()> {
-        std::thread::Builder::new()
-            .name("setid-guard-link".into())
-            .spawn(move || {
-                loop {
-                    match self.serve_one(&link) {
-                        Ok(true) => {}
-                        Ok(false) => break,
-                        Err(e) => {
-                            log!("set-id guard link: {e}");
-                            break;
-                        }
-                    }
-                }
-            })
-            .map(|_| ())
-            .context(|| "starting the guard link thread".to_string())
-    }
 }
 
 /// A new fanotify group of class content, or why this daemon cannot have one.
@@ -187,24 +132,6 @@ fn new_group() -> std::result::Result<OwnedFd, String> {
     }
     // SAFETY: `fd` was just returned to us and is owned by nothing else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Asks the daemon on `link` to guard the mounts of `mounts`, and waits for its answer.
-/// Used by a container's preparer and by a kit's wrapper: on any failure the caller
-/// must not let a job run there.
-pub fn request(link: &SeqPacket, mounts: &[BorrowedFd<'_>]) -> Result<()> {
-    link.send(b"guard", mounts)?;
-    link.set_recv_timeout(Some(REQUEST_TIMEOUT))?;
-    let answer = link.recv();
-    link.set_recv_timeout(None)?;
-    match answer? {
-        Some(reply) if reply.data == GUARDED => Ok(()),
-        Some(reply) => Err(Error::failed(format!(
-            "the set-id guard refused: {}",
-            String::from_utf8_lossy(&reply.data)
-        ))),
-        None => Err(Error::failed("the set-id guard's daemon went away")),
-    }
 }
 
 /// Descriptors of the mounts a job reaches the workspace through, taken inside its
@@ -278,7 +205,7 @@ pub fn exec_guarded(fd: RawFd, argv: &[std::ffi::OsString]) -> i32 {
     let link = SeqPacket::from_fd(unsafe { OwnedFd::from_raw_fd(fd) });
     let guarded = workspace_mounts().and_then(|mounts| {
         let borrowed: Vec<_> = mounts.iter().map(AsFd::as_fd).collect();
-        request(&link, &borrowed)
+        admission::request(&link, admission::Kind::Kit, &borrowed)
     });
     drop(link);
     if let Err(e) = guarded {

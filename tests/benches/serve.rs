@@ -158,7 +158,10 @@ fn side_by_side(current: &mut Server, current_ws: &std::path::Path, dir: &std::p
     }
     for (label, command) in [
         ("shell_run true", "true"),
-        ("shell_run cat files/* (1,000 opens)", "cat files/* >/dev/null"),
+        (
+            "shell_run cat files/* (1,000 opens)",
+            "cat files/* >/dev/null",
+        ),
     ] {
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
         for _ in 0..6 {

@@ -35,10 +35,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
+use crate::admission;
 use crate::error::{Context, Error, Result};
 use crate::proto::{self, Bytes, EnvVar, FromInit, ToInit};
 use crate::seqpacket::SeqPacket;
-use crate::setid_guard;
 use crate::util::lock;
 
 /// How long a fresh container may take to report ready.
@@ -80,12 +80,12 @@ pub struct Contained {
 /// Must run on a thread that starts nothing else, ever: `unshare(CLONE_NEWPID)` makes
 /// this thread's next child the init of a new namespace, and the thread cannot start a
 /// second one.
-fn prepare(agent_exe: &Path, guard: Option<&GuardLink>) -> Result<Warm> {
+fn prepare(agent_exe: &Path, admission: Option<&AdmissionLink>) -> Result<Warm> {
     nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWPID)
         .context(|| "making the job's pid namespace".to_string())?;
     let (ours, theirs) = SeqPacket::pair()?;
-    // init inherits the agent's working directory, the workspace: it names the mounts
-    // to guard by it.
+    // init inherits the agent's working directory, the workspace: it names the
+    // workspace mounts by it.
     let spawned = Command::new(agent_exe)
         .arg("container-init")
         .env_clear()
@@ -95,10 +95,11 @@ fn prepare(agent_exe: &Path, guard: Option<&GuardLink>) -> Result<Warm> {
     let mut init = spawned.context(|| "starting the container's init".to_string())?;
     ours.set_recv_timeout(Some(READY_TIMEOUT))?;
     let ready = match proto::recv::<FromInit>(&ours) {
-        Ok(Some((FromInit::Ready, mounts))) => match guard {
+        // Ready carries a pidfd of init, then the container's workspace mounts.
+        Ok(Some((FromInit::Ready, fds))) => match admission {
             Some(link) => {
-                let borrowed: Vec<_> = mounts.iter().map(AsFd::as_fd).collect();
-                setid_guard::request(&lock(link), &borrowed)
+                let borrowed: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
+                admission::request(&lock(link), admission::Kind::Container, &borrowed)
             }
             None => Ok(()),
         },
@@ -117,15 +118,15 @@ fn prepare(agent_exe: &Path, guard: Option<&GuardLink>) -> Result<Warm> {
     Ok(Warm { init, chan: ours })
 }
 
-/// The agent's end of the daemon's set-id guard socket, one request at a time.
-pub type GuardLink = Mutex<SeqPacket>;
+/// The agent's end of the daemon's admission socket, one request at a time.
+pub type AdmissionLink = Mutex<SeqPacket>;
 
 /// Idle containers, plus one being prepared when none is idle.
 pub struct Pool {
     agent_exe: PathBuf,
-    /// Present when the daemon runs the set-id guard: then no container is handed out
-    /// before the guard has marked its workspace mounts.
-    guard: Option<Arc<GuardLink>>,
+    /// Present for a root daemon: then no container is handed out before the daemon
+    /// has admitted it (its OOM score set, its workspace mounts guarded).
+    admission: Option<Arc<AdmissionLink>>,
     idle: Mutex<Vec<Warm>>,
     preparing: Mutex<Option<mpsc::Receiver<Result<Warm>>>>,
 }
@@ -135,10 +136,10 @@ const MAX_IDLE: usize = 4;
 
 impl Pool {
     /// A pool that starts preparing its first container at once.
-    pub fn new(agent_exe: PathBuf, guard: Option<Arc<GuardLink>>) -> Pool {
+    pub fn new(agent_exe: PathBuf, admission: Option<Arc<AdmissionLink>>) -> Pool {
         let pool = Pool {
             agent_exe,
-            guard,
+            admission,
             idle: Mutex::new(Vec::new()),
             preparing: Mutex::new(None),
         };
@@ -171,10 +172,10 @@ impl Pool {
     /// namespace can start no further thread, so the caller's thread must not.
     pub fn prepare_now(&self) -> Result<Warm> {
         let exe = self.agent_exe.clone();
-        let guard = self.guard.clone();
+        let admission = self.admission.clone();
         std::thread::Builder::new()
             .name("container-prep".into())
-            .spawn(move || prepare(&exe, guard.as_deref()))
+            .spawn(move || prepare(&exe, admission.as_deref()))
             .context(|| "starting a container thread".to_string())?
             .join()
             .unwrap_or_else(|_| Err(Error::failed("the container thread panicked")))
@@ -200,11 +201,11 @@ impl Pool {
         }
         let (tx, rx) = mpsc::channel();
         let exe = self.agent_exe.clone();
-        let guard = self.guard.clone();
+        let admission = self.admission.clone();
         let started = std::thread::Builder::new()
             .name("container-prep".into())
             .spawn(move || {
-                let _ = tx.send(prepare(&exe, guard.as_deref()));
+                let _ = tx.send(prepare(&exe, admission.as_deref()));
             });
         if started.is_ok() {
             *preparing = Some(rx);

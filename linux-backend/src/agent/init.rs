@@ -32,7 +32,8 @@ use nix::unistd::Pid;
 use crate::error::{Context, Error, Result};
 use crate::proto::{self, EnvVar, FromInit, ToInit};
 use crate::sandbox::{
-    JOB_UMASK, PROC_MASKED_DIRS, PROC_MASKED_FILES, PROC_READ_ONLY, SANDBOX_AGENT_DIR,
+    CONTAINER_OOM_SCORE_ADJ, JOB_OOM_SCORE_ADJ, JOB_UMASK, PROC_MASKED_DIRS, PROC_MASKED_FILES,
+    PROC_READ_ONLY, SANDBOX_AGENT_DIR,
 };
 use crate::seqpacket::SeqPacket;
 use crate::setid_guard;
@@ -98,15 +99,34 @@ fn set_up(chan: &SeqPacket) -> Result<()> {
         ));
     }
     make_mounts()?;
-    // For the daemon's set-id guard to mark before any job runs here.
-    let mounts = setid_guard::workspace_mounts()?;
+    // For the daemon's admission, before any job runs here: this init itself (its OOM
+    // score) and the workspace mounts (the set-id guard).
+    let mut admission = vec![own_pidfd()?];
+    admission.extend(setid_guard::workspace_mounts()?);
     // From here init needs no privilege at all (forking jobs, `kill(-1)` on its own
     // uid's processes and reaping need none), so it drops everything once and its jobs
     // inherit that: a plain spawn (vfork-fast, no pre-exec code) then suffices per job.
     drop_privileges()?;
+    // Raising needs no privilege; the daemon's admission then sets the same score with
+    // privilege where it can, which also floors the jobs' scores at it.
+    set_oom_score_adj(CONTAINER_OOM_SCORE_ADJ);
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(JOB_UMASK));
-    let borrowed: Vec<_> = mounts.iter().map(AsFd::as_fd).collect();
+    let borrowed: Vec<_> = admission.iter().map(AsFd::as_fd).collect();
     proto::send(chan, &FromInit::Ready, &borrowed)
+}
+
+/// A pidfd of this process (pid 1 of its namespace), by which the daemon finds it.
+fn own_pidfd() -> Result<OwnedFd> {
+    // SAFETY: plain system call; the result is checked and owned below.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, 1, 0) };
+    if fd < 0 {
+        return Err(Error::io(
+            "opening init's own pidfd",
+            io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) })
 }
 
 /// One job at a time until the agent closes the channel.
@@ -163,12 +183,23 @@ fn run_one(
         nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NPROC, n, n)
             .context(|| "limiting the job's processes".to_string())?;
     }
-    let job = cmd
-        .spawn()
-        .map_err(|e| Error::failed(format!("starting /bin/sh: {e}")))?;
+    // The job inherits init's OOM score: raised for the spawn, init's own restored after
+    // (down to the floor the daemon set, which the job inherits too and cannot go under).
+    set_oom_score_adj(JOB_OOM_SCORE_ADJ);
+    let job = cmd.spawn();
+    set_oom_score_adj(CONTAINER_OOM_SCORE_ADJ);
+    let job = job.map_err(|e| Error::failed(format!("starting /bin/sh: {e}")))?;
     // Dropping `cmd` closes our copies of the job's stdio: only the job holds it now.
     drop(cmd);
     Ok(reap_until(Pid::from_raw(job.id() as i32)))
+}
+
+/// Sets this process's OOM score; best effort (the score orders victims, it bounds
+/// nothing).
+fn set_oom_score_adj(score: i32) {
+    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", score.to_string()) {
+        log!("marshd container-init: setting the OOM score {score}: {e}");
+    }
 }
 
 /// Reaps every child (orphans are re-parented to us) until `job` ends.

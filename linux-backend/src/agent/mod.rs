@@ -121,7 +121,7 @@ struct JobRequest {
 
 /// Runs the agent until the daemon channel closes; then kills every job and returns.
 pub fn run(paths: AgentPaths) -> Result<()> {
-    let (chan, guard) = take_channel()?;
+    let (chan, admission) = take_channel()?;
     // Jobs run as the same uid; without the dumpable flag they cannot ptrace the agent
     // or open its descriptors through /proc.
     nix::sys::prctl::set_dumpable(false).context(|| "clearing the dumpable flag".to_string())?;
@@ -135,7 +135,7 @@ pub fn run(paths: AgentPaths) -> Result<()> {
         wrappers: Mutex::new(Vec::new()),
         containers: paths
             .contain
-            .then(|| container::Pool::new(paths.self_exe.clone(), guard)),
+            .then(|| container::Pool::new(paths.self_exe.clone(), admission)),
         workers: Workers::new("job"),
         paths,
     });
@@ -160,14 +160,14 @@ pub fn run(paths: AgentPaths) -> Result<()> {
     result
 }
 
-/// Receives the daemon channel (and, when the daemon runs the set-id guard, the guard
-/// socket) over the bootstrap socket on fd 0, then puts /dev/null on fd 0.
+/// Receives the daemon channel (and, from a root daemon, the admission socket) over
+/// the bootstrap socket on fd 0, then puts /dev/null on fd 0.
 ///
 /// The channel never sits on an inherited descriptor: bubblewrap's own init process
 /// keeps its stdio open for the sandbox's lifetime, and it is dumpable, so jobs could
 /// take a copy of anything on it. All it keeps is the spent bootstrap socket, whose
 /// daemon end is closed once the channel has been handed over.
-fn take_channel() -> Result<(SeqPacket, Option<Arc<container::GuardLink>>)> {
+fn take_channel() -> Result<(SeqPacket, Option<Arc<container::AdmissionLink>>)> {
     let bootstrap = SeqPacket::take_stdin()?;
     bootstrap.set_recv_timeout(Some(std::time::Duration::from_secs(10)))?;
     let message = bootstrap
@@ -175,12 +175,12 @@ fn take_channel() -> Result<(SeqPacket, Option<Arc<container::GuardLink>>)> {
         .ok_or_else(|| Error::failed("the daemon closed the bootstrap socket"))?;
     let mut fds = message.fds.into_iter();
     match (fds.next(), fds.next(), fds.next()) {
-        (Some(chan), guard, None) => Ok((
+        (Some(chan), admission, None) => Ok((
             SeqPacket::from_fd(chan),
-            guard.map(|fd| Arc::new(Mutex::new(SeqPacket::from_fd(fd)))),
+            admission.map(|fd| Arc::new(Mutex::new(SeqPacket::from_fd(fd)))),
         )),
         _ => Err(Error::Protocol(
-            "the bootstrap must carry the channel and at most the guard socket".into(),
+            "the bootstrap must carry the channel and at most the admission socket".into(),
         )),
     }
 }

@@ -12,12 +12,12 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, mpsc};
 
 use super::{Daemon, Shell};
+use crate::admission::{self, Admitter};
 use crate::kits::{self, Kit};
 use crate::proto::{Bytes, EnvVar, KitFailure, ToAgent};
 use crate::receipt::Receipt;
 use crate::sandbox::{self, Isolation, Layout, Role, SANDBOX_GUARD_EXEC};
 use crate::seqpacket::SeqPacket;
-use crate::setid_guard;
 use crate::util::{self, log};
 
 /// How a kit job ended: its receipt (once durable) and its status, or why it has none
@@ -239,7 +239,10 @@ impl KitJob {
                             .push((cfg.self_fd.as_raw_fd(), SANDBOX_GUARD_EXEC));
                         layout.pass_fds.push(fd);
                         guarded_argv = guard_exec_argv(fd, argv);
-                        guard_link = Some((Arc::clone(guard), ours, theirs));
+                        let admitter = Admitter {
+                            guard: Some(Arc::clone(guard)),
+                        };
+                        guard_link = Some((admitter, ours, theirs));
                         &guarded_argv[..]
                     }
                     Err(_) => argv,
@@ -269,13 +272,13 @@ impl KitJob {
         // Close our copies of the caller's stdio so only the container holds them.
         drop(cmd);
         let mut child = spawned.map_err(|e| format!("starting kit {}: {e}", self.name))?;
-        if let Some((guard, ours, theirs)) = guard_link {
+        if let Some((admitter, ours, theirs)) = guard_link {
             // Only the container holds its end now: a wrapper that dies reads as end of
             // stream. The wrapper runs nothing before the answer.
             drop(theirs);
             let served = ours
-                .set_recv_timeout(Some(setid_guard::REQUEST_TIMEOUT))
-                .and_then(|()| guard.serve_one(&ours));
+                .set_recv_timeout(Some(admission::REQUEST_TIMEOUT))
+                .and_then(|()| admitter.serve_one(&ours));
             if let Err(e) = served {
                 log!("kit {}: set-id guard: {e}", self.name);
             }

@@ -15,6 +15,7 @@ use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use super::{Config, Daemon, kit_jobs, publish};
+use crate::admission::Admitter;
 use crate::error::{Context, Error, Result};
 use crate::proto::{self, Bytes, EnvVar, FromAgent, ToAgent};
 use crate::sandbox::{
@@ -302,13 +303,15 @@ fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, AgentDirs)> {
     // The channel itself is handed over on a bootstrap socket, never inherited: see
     // `agent::take_channel` for why.
     let (bootstrap, agent_bootstrap) = SeqPacket::pair()?;
-    // The set-id guard's socket, when the daemon runs one and jobs are contained: the
-    // agent asks on it to have each job container's workspace mounts marked before the
-    // container takes a job.
-    let guard = match (&cfg.setid_guard, &cfg.isolation) {
-        (Ok(guard), Isolation::Bwrap(_)) => {
+    // The admission socket, for a root daemon whose jobs are contained: the agent asks
+    // on it for each job container to be admitted before it takes a job.
+    let admission = match &cfg.isolation {
+        Isolation::Bwrap(_) if util::euid() == 0 => {
             let (ours, theirs) = SeqPacket::pair()?;
-            Some((Arc::clone(guard), ours, theirs))
+            let admitter = Admitter {
+                guard: cfg.setid_guard.as_ref().ok().cloned(),
+            };
+            Some((Arc::new(admitter), ours, theirs))
         }
         _ => None,
     };
@@ -389,23 +392,23 @@ fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, AgentDirs)> {
         .context(|| "starting the project shell".to_string())
         .map_err(Error::into_backend)?;
     let mut handed: Vec<BorrowedFd<'_>> = vec![theirs.as_fd()];
-    if let Some((_, _, agent_guard)) = &guard {
-        handed.push(agent_guard.as_fd());
+    if let Some((_, _, agent_end)) = &admission {
+        handed.push(agent_end.as_fd());
     }
     let handed_over = bootstrap.send(b"channel", &handed);
     drop(handed);
     // From here the agent is the only holder of its end of the channel (and of the
-    // guard socket), so its death reads as end of stream; closing the bootstrap leaves
-    // nothing on it.
-    let guard_served = match guard {
-        Some((guard, ours_guard, agent_guard)) => {
-            drop(agent_guard);
-            guard.serve_link(ours_guard)
+    // admission socket), so its death reads as end of stream; closing the bootstrap
+    // leaves nothing on it.
+    let admission_served = match admission {
+        Some((admitter, ours_end, agent_end)) => {
+            drop(agent_end);
+            admitter.serve_link(ours_end)
         }
         None => Ok(()),
     };
     drop((theirs, bootstrap));
-    let handed_over = handed_over.and(guard_served);
+    let handed_over = handed_over.and(admission_served);
     if let Err(e) = handed_over {
         util::kill_group(util::child_pid(&child));
         let _ = child.wait();

@@ -37,7 +37,7 @@ use crate::proto::EnvVar;
 
 pub use etc::{EtcMount, EtcView};
 pub use hidden::Hidden;
-pub use spawn::{JOB_UMASK, SeccompFd};
+pub use spawn::{CONTAINER_OOM_SCORE_ADJ, JOB_OOM_SCORE_ADJ, JOB_UMASK, SeccompFd};
 
 /// Where the agent binary, its socket, the kit wrappers and the shell's own commands
 /// (`mcp`) live inside the shell (read-only inside every job's container; absent from
@@ -202,13 +202,18 @@ pub fn bwrap_command(
     let mut inherited = vec![seccomp.as_raw_fd()];
     inherited.extend(layout.ro_files.iter().map(|(fd, _)| *fd));
     inherited.extend(layout.pass_fds.iter().copied());
-    spawn::prepare(&mut cmd, inherited, &confinement.limits);
+    spawn::prepare(
+        &mut cmd,
+        inherited,
+        &confinement.limits,
+        layout.role == Role::Shell,
+    );
     Ok((cmd, seccomp))
 }
 
 /// Puts an unconfined sandbox process in the scope's limits, with the jobs' umask.
 pub fn prepare_unconfined(cmd: &mut Command, confinement: &Confinement) {
-    spawn::prepare(cmd, Vec::new(), &confinement.limits);
+    spawn::prepare(cmd, Vec::new(), &confinement.limits, false);
 }
 
 fn bwrap_args(
@@ -296,16 +301,42 @@ fn bwrap_args(
             push(&[arg.as_os_str()]);
         }
     }
+    // Every tmpfs is charged to the scope's memory and sized so that all of them
+    // together stay below its limit: filling them ends in ENOSPC for the writer, never
+    // in an out-of-memory kill of whatever else runs in the scope. `/dev` itself
+    // (bubblewrap's tmpfs of device nodes) is made read-only once `/dev/shm` is in.
+    let sizes = TmpfsSizes::for_limit(confinement.limits.report().memory_max_bytes);
+    let (tmp, run, shm) = (
+        sizes.tmp.to_string(),
+        sizes.run.to_string(),
+        sizes.shm.to_string(),
+    );
     push(&[
         "--dev".as_ref(),
         "/dev".as_ref(),
+        "--size".as_ref(),
+        shm.as_ref(),
+        "--tmpfs".as_ref(),
+        "/dev/shm".as_ref(),
+        "--remount-ro".as_ref(),
+        "/dev".as_ref(),
+        "--size".as_ref(),
+        tmp.as_ref(),
         "--tmpfs".as_ref(),
         "/tmp".as_ref(),
+        "--size".as_ref(),
+        run.as_ref(),
         "--tmpfs".as_ref(),
         "/run".as_ref(),
     ]);
     if let Some(home) = layout.job_home.filter(|h| home_is_mountable(h)) {
-        push(&["--tmpfs".as_ref(), home.as_os_str()]);
+        let size = sizes.home.to_string();
+        push(&[
+            "--size".as_ref(),
+            size.as_ref(),
+            "--tmpfs".as_ref(),
+            home.as_os_str(),
+        ]);
     }
     let ws = layout.workspace.as_os_str();
     push(&["--bind".as_ref(), ws, ws]);
@@ -322,6 +353,31 @@ fn bwrap_args(
     push(&["--".as_ref()]);
     args.extend(argv.iter().cloned());
     args
+}
+
+/// The size of each tmpfs of a sandbox, in bytes, for a scope memory limit: `/tmp` a
+/// half, the job home a quarter, `/dev/shm` an eighth, `/run` a sixty-fourth. Together
+/// 57/64 of the limit, so the scope's processes keep at least 7/64 (448 MiB of the
+/// default 4 GiB) however full the files are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TmpfsSizes {
+    pub tmp: u64,
+    pub home: u64,
+    pub shm: u64,
+    pub run: u64,
+}
+
+impl TmpfsSizes {
+    pub fn for_limit(memory_max_bytes: u64) -> TmpfsSizes {
+        // Page multiples: the kernel rounds a tmpfs size up to whole pages anyway.
+        let part = |divisor: u64| (memory_max_bytes / divisor) & !4095;
+        TmpfsSizes {
+            tmp: part(2),
+            home: part(4),
+            shm: part(8),
+            run: part(64),
+        }
+    }
 }
 
 /// A job home can be a private tmpfs when it is absolute, normal, not `/`, and does
@@ -460,6 +516,16 @@ mod tests {
             &[Path::new("/run/marsh/bin"), Path::new("/run/marsh/kits")],
         );
         assert_eq!(kit[0].1, "/a");
+    }
+
+    #[test]
+    fn tmpfs_sizes_stay_below_the_memory_limit() {
+        let limit = 4096u64 << 20;
+        let sizes = TmpfsSizes::for_limit(limit);
+        assert_eq!(sizes.tmp, 2048 << 20);
+        assert!(sizes.tmp + sizes.home + sizes.shm + sizes.run < limit);
+        let odd = TmpfsSizes::for_limit(1_000_001);
+        assert_eq!(odd.tmp % 4096, 0);
     }
 
     #[test]

@@ -47,10 +47,14 @@ fn backend_check(backend: Option<&Value>) -> Check {
     }
     let network = text("/network").unwrap_or("unknown");
     let limits = format!(
-        "limits by {}: {} processes, {} MiB",
+        "limits by {}: {} processes, {} MiB{}",
         text("/limits/mechanism").unwrap_or("unknown"),
         number("/limits/pids_max").map_or("?".into(), |n| n.to_string()),
         number("/limits/memory_max_bytes").map_or("?".into(), |n| (n >> 20).to_string()),
+        number("/limits/ceiling_bytes").map_or(String::new(), |n| format!(
+            " (all scopes together at most {} MiB)",
+            n >> 20
+        )),
     );
     if backend.pointer("/limits/enforced").and_then(Value::as_bool) == Some(false) {
         return check(

@@ -254,3 +254,150 @@ fn a_job_cannot_rewrite_a_set_id_file_the_host_put_in_the_workspace() {
     let detail = isolation_detail(&mut s);
     assert!(detail.contains("set-id guard on"), "{detail}");
 }
+
+/// `CAP_SYS_RESOURCE`'s bit number.
+fn libc_cap_sys_resource() -> u32 {
+    24
+}
+
+/// `serve --home` whose home's `backend.json` is `settings`.
+fn serve_with_settings(sb: &Sandbox, settings: &str) -> Server {
+    let home = sb.home();
+    fs::create_dir_all(&home).unwrap();
+    fs::set_permissions(&home, fs::Permissions::from_mode(0o700)).unwrap();
+    fs::write(home.join("backend.json"), settings).unwrap();
+    Server::start(sb, &sb.serve_home_args(&[]), &[])
+}
+
+fn state_of(s: &mut Server, id: &str) -> String {
+    s.ok("operation_get", json!({ "operation_id": id }))["state"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// In a scope limited to 256 MiB, one job fills `/tmp` with 400 MB and another
+/// allocates 400 MiB, while a third (another operation, as another session's would be)
+/// sleeps: the filler gets ENOSPC, the allocator is the one the OOM killer takes, and
+/// the sleeper, the shell and its agent live on. A job cannot lower its OOM score
+/// below its container's; all scopes share a memory ceiling below the machine's memory;
+/// and the control group of a daemon killed with SIGKILL is gone once the next daemon
+/// has started.
+#[test]
+fn out_of_memory_in_a_scope_kills_the_job_not_the_shell() {
+    if marsh_tests::skip_unless_root("control groups bound memory for a root server only") {
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut s = serve_with_settings(&sb, r#"{"memory_max_mib": 256}"#);
+    let sleeper = s.ok(
+        "shell_run",
+        json!({"command": "sleep 120", "wait_ms": 0, "timeout_ms": 300000}),
+    );
+    let sleeper = sleeper["operation_id"].as_str().unwrap().to_string();
+
+    let fill = run(
+        &mut s,
+        "head -c 400000000 /dev/zero > /tmp/fill; echo rc=$?; df -m /tmp | tail -1 | awk '{print $2}'",
+    );
+    assert!(
+        fill["stderr_text"]
+            .as_str()
+            .unwrap()
+            .contains("No space left on device"),
+        "{fill}"
+    );
+    assert_eq!(stdout(&fill), "rc=1\n128\n", "{fill}");
+    assert_eq!(state_of(&mut s, &sleeper), "running");
+
+    let hog = s.ok(
+        "shell_run",
+        json!({"command": "rm -f /tmp/fill; /usr/bin/python3 -c \"x = b'x' * (400 << 20); print('survived')\""}),
+    );
+    // The shell reports its child's SIGKILL as 128 + 9.
+    assert_eq!(
+        hog["exit_code"], 137,
+        "the allocating job is the one killed: {hog}"
+    );
+    assert_eq!(
+        state_of(&mut s, &sleeper),
+        "running",
+        "the sleeper lives on"
+    );
+
+    // Jobs run at the top OOM score. Where the host's root holds CAP_SYS_RESOURCE the
+    // daemon also floors each container at its init's score, so a job cannot lower
+    // itself below it; without that capability (as in some containers) the floor is 0.
+    let scores = run(
+        &mut s,
+        "cat /proc/self/oom_score_adj; echo 0 > /proc/self/oom_score_adj 2>/dev/null || echo refused",
+    );
+    let floored = fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << libc_cap_sys_resource()) != 0);
+    let expected = if floored { "1000\nrefused\n" } else { "1000\n" };
+    assert_eq!(stdout(&scores), expected, "{scores}");
+
+    let status = s.ok("status", json!({}));
+    let ceiling = status["runtime"]["backend"]["limits"]["ceiling_bytes"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no shared ceiling: {status}"));
+    let meminfo = fs::read_to_string("/proc/meminfo").unwrap();
+    let total_kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(ceiling < total_kib * 1024, "{ceiling} vs {total_kib} KiB");
+
+    // The daemon killed outright: its group is removed by the next daemon.
+    let pid: i32 = fs::read_to_string(sb.home().join("daemon/pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let groups: Vec<std::path::PathBuf> = [
+        "/sys/fs/cgroup",
+        "/sys/fs/cgroup/pids",
+        "/sys/fs/cgroup/memory",
+    ]
+    .iter()
+    .map(|root| Path::new(root).join("marsh-shim").join(pid.to_string()))
+    .filter(|dir| dir.is_dir())
+    .collect();
+    assert!(!groups.is_empty(), "daemon {pid} has no group");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // The next command boots a new daemon (the sandbox died with the old one).
+    let mut fresh = None;
+    for _ in 0..50 {
+        let data = s.call("shell_run", json!({"command": "echo again"}));
+        if data["data"]["stdout_text"] == "again\n" {
+            fresh = Some(data);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(fresh.is_some(), "a new daemon serves the scope");
+    let left: Vec<_> = groups.iter().filter(|dir| dir.exists()).collect();
+    assert!(
+        left.is_empty(),
+        "groups of the killed daemon remain: {left:?}"
+    );
+}
