@@ -3,9 +3,10 @@
 //! bound to the publication's current generation. Host only.
 //!
 //! Install, from the publishing workspace W with the publishing home H: the stock SBX
-//! registration `server_for_tool(NAME)` must run exactly this `marsh-mcp`, with `dir`
-//! unset and the arguments `export_serve_args(W, H, D, G, M, S)` — D the declaration
-//! `<control>/mcp/published/NAME.json`, M the `marsh` beside this `marsh-mcp`, G the
+//! registration `PublisherKey::of(W, H).server_for(NAME)` must run exactly this
+//! `marsh-mcp`, with `dir` unset and the arguments `export_serve_args(W, H, D, G, M, S)`
+//! — D the declaration `<control>/mcp/published/<key>/NAME.json`, M the `marsh` beside
+//! this `marsh-mcp`, G the
 //! generation and S the absolute sbx it pins — and the declaration must pass
 //! [`marsh_publication::load`] for W, H and that same G and name NAME. Only then is the client
 //! entry `SERVER → marsh-mcp <those arguments>` installed with the verified discipline
@@ -84,7 +85,7 @@ struct Publication {
     device: u64,
     inode: u64,
     home: String,
-    /// `<control>/mcp/published/NAME.json` with `<control>/mcp` canonical (as the
+    /// `<control>/mcp/published/<key>/NAME.json` with `<control>/mcp` canonical (as the
     /// publisher names it) when it exists.
     declaration: String,
     marsh_mcp: String,
@@ -111,14 +112,16 @@ impl Publication {
         let home = marsh_home(env, cwd)?;
         let marsh_mcp = canonical("the installed marsh-mcp", exe)?;
         let marsh = canonical("the installed marsh", &marsh_mcp.with_file_name("marsh"))?;
+        let key = published::PublisherKey::of(&workspace, &home);
         let mcp = control_dir(env)?.join(MCP_DIR);
         let declaration = std::fs::canonicalize(&mcp)
             .unwrap_or(mcp)
             .join(PUBLISHED_DIR)
+            .join(key.as_str())
             .join(format!("{name}.json"));
         Ok(Self {
             tool: name.into(),
-            server: published::server_for_tool(name),
+            server: key.server_for(name),
             workspace: safe("the workspace", &workspace)?,
             device: identity.dev(),
             inode: identity.ino(),

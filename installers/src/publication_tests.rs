@@ -13,7 +13,19 @@ use crate::test_support::{Fixture, Scripted, codex_shown, fake_codex, finished};
 
 const G1: &str = "0b6e3c52-8f6a-4d0e-9c1b-2f3a4b5c6d7e";
 const G2: &str = "5d4c3b2a-1f0e-4d9c-8b7a-6f5e4d3c2b1a";
-const SERVER: &str = "marsh-pub-hello";
+thread_local! {
+    /// The stock SBX server of `hello` for this test's [`World`] (its workspace and home).
+    static SERVER: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+fn server() -> String {
+    SERVER.with(|s| s.borrow().clone())
+}
+
+/// [`server`], under a name that bindings called `server` do not shadow.
+fn expected_server() -> String {
+    server()
+}
 
 /// A fixture with a marsh home, a control directory holding `mcp/published/`, and an
 /// environment naming them (plus `SECRET`, which no client may see).
@@ -60,8 +72,17 @@ impl World {
         ];
         vars.extend(extra.iter().map(|(k, v)| (*k, v.clone())));
         let env = Environment::new(vars.into_iter().map(|(k, v)| (k.into(), v.into())));
+        let key = published::PublisherKey::of(
+            &fs::canonicalize(&fx.workspace).unwrap(),
+            &fs::canonicalize(&home).unwrap(),
+        );
+        SERVER.with(|s| *s.borrow_mut() = key.server_for("hello"));
+        private_dir(&control.join("mcp/published").join(key.as_str()));
         Self {
-            declaration: control.join("mcp/published/hello.json"),
+            declaration: control
+                .join("mcp/published")
+                .join(key.as_str())
+                .join("hello.json"),
             fx,
             env,
             home,
@@ -134,7 +155,7 @@ impl World {
     /// `sbx mcp inspect SERVER --json` of the registration the publisher writes.
     fn registration(&self, generation: Option<&str>) -> Value {
         json!({
-            "name": SERVER,
+            "name": server(),
             "command": self.marsh_mcp(),
             "args": self.args(generation, &self.sbx()),
             "dir": null,
@@ -146,7 +167,7 @@ impl World {
     fn entry(&self, generation: Option<&str>) -> Value {
         let args = self.args(generation, &self.sbx());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        codex_shown(SERVER, &self.marsh_mcp(), &args)
+        codex_shown(&server(), &self.marsh_mcp(), &args)
     }
 
     fn install(&self, runner: &dyn Runner) -> Result<String, InstallError> {
@@ -198,11 +219,11 @@ fn words(args: &[&str]) -> Vec<String> {
 }
 
 fn inspect() -> Vec<String> {
-    words(&["sbx", "mcp", "inspect", SERVER, "--json"])
+    words(&["sbx", "mcp", "inspect", &server(), "--json"])
 }
 
 fn get() -> Vec<String> {
-    words(&["codex", "mcp", "get", SERVER, "--json"])
+    words(&["codex", "mcp", "get", &server(), "--json"])
 }
 
 #[test]
@@ -216,7 +237,10 @@ fn install_checks_the_registration_adds_reads_back_and_then_changes_nothing() {
     let message = w.install(&runner).unwrap();
     assert_eq!(
         message,
-        format!("registered {SERVER} with codex (published tool hello, generation {G1})")
+        format!(
+            "registered {} with codex (published tool hello, generation {G1})",
+            server()
+        )
     );
     let calls = runner.calls.borrow().clone();
     for call in &calls {
@@ -238,7 +262,7 @@ fn install_checks_the_registration_adds_reads_back_and_then_changes_nothing() {
             );
         }
     }
-    let mut add = words(&["codex", "mcp", "add", SERVER, "--", &w.marsh_mcp()]);
+    let mut add = words(&["codex", "mcp", "add", &server(), "--", &w.marsh_mcp()]);
     add.extend(w.args(Some(G1), &w.sbx()));
     assert_eq!(runner.take(), [inspect(), get(), add, get()]);
     assert_eq!(*codex.borrow(), Some(w.entry(Some(G1))));
@@ -263,7 +287,7 @@ fn install_pins_the_sbx_the_registration_records_and_accepts_no_generation() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     assert_eq!(
         *codex.borrow(),
-        Some(codex_shown(SERVER, &w.marsh_mcp(), &args))
+        Some(codex_shown(&server(), &w.marsh_mcp(), &args))
     );
 }
 
@@ -272,13 +296,13 @@ fn install_refuses_a_foreign_entry_after_one_get_and_leaves_it() {
     let w = World::new();
     w.declare("hello", Some(G1));
     let registration = RefCell::new(Some(w.registration(Some(G1))));
-    let foreign = codex_shown(SERVER, "/usr/bin/other-server", &[]);
+    let foreign = codex_shown(&server(), "/usr/bin/other-server", &[]);
     let codex = RefCell::new(Some(foreign.clone()));
     let runner = Scripted::new(fake_clients(&registration, &codex));
     let err = w.install(&runner).unwrap_err();
     assert!(
         matches!(&err, InstallError::Conflict { client: "codex", name, difference }
-            if name == SERVER && difference.contains("/usr/bin/other-server")),
+            if *name == server() && difference.contains("/usr/bin/other-server")),
         "{err:?}"
     );
     assert_eq!(runner.take(), [inspect(), get()]);
@@ -355,7 +379,7 @@ fn a_registration_that_does_not_match_is_refused_before_any_codex_call() {
         let err = w.install(&runner).unwrap_err();
         assert!(
             matches!(&err, InstallError::RegistrationMismatch { server, tool, difference }
-                if server == SERVER && tool == "hello" && difference.contains(want)),
+                if *server == expected_server() && tool == "hello" && difference.contains(want)),
             "{want}: {err:?}"
         );
         assert!(err.to_string().contains("nothing was written"), "{err}");
@@ -381,7 +405,7 @@ fn a_missing_registration_or_declaration_is_refused_before_any_codex_call() {
     *registration.borrow_mut() = None;
     let err = w.install(&runner).unwrap_err();
     assert!(
-        matches!(&err, InstallError::NotRegistered { server, .. } if server == SERVER),
+        matches!(&err, InstallError::NotRegistered { server, .. } if *server == expected_server()),
         "{err:?}"
     );
     assert_eq!(runner.take(), [inspect()]);
@@ -433,18 +457,18 @@ fn a_declaration_that_does_not_match_the_registration_is_refused_before_any_code
 #[test]
 fn remove_deletes_current_and_previous_generation_entries_without_a_declaration() {
     let w = World::new();
-    let remove = words(&["codex", "mcp", "remove", SERVER]);
+    let remove = words(&["codex", "mcp", "remove", &server()]);
     let entries = [w.entry(Some(G1)), w.entry(Some(G2)), w.entry(None), {
         let args = w.args(Some(G1), "/opt/elsewhere/sbx");
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        codex_shown(SERVER, &w.marsh_mcp(), &args)
+        codex_shown(&server(), &w.marsh_mcp(), &args)
     }];
     for entry in entries {
         let registration = RefCell::new(None);
         let codex = RefCell::new(Some(entry.clone()));
         let runner = Scripted::new(fake_clients(&registration, &codex));
         let message = w.remove(&runner).unwrap();
-        assert_eq!(message, format!("removed {SERVER} from codex"));
+        assert_eq!(message, format!("removed {} from codex", server()));
         assert_eq!(runner.take(), [get(), remove.clone()], "{entry}");
         assert_eq!(*codex.borrow(), None);
     }
@@ -597,7 +621,7 @@ fn entries_whose_marsh_mcp_and_marsh_moved_are_replaced_or_removed() {
     let runner = Scripted::new(fake_clients(&registration, &codex));
     let message = w.install(&runner).unwrap();
     assert!(
-        message.starts_with("replaced our earlier entry marsh-pub-hello"),
+        message.starts_with(&format!("replaced our earlier entry {}", server())),
         "{message}"
     );
     assert_eq!(*codex.borrow(), Some(w.entry(Some(G2))));

@@ -41,11 +41,25 @@ impl Pub {
         }
     }
 
+    /// This workspace and home's publisher key.
+    fn key(&self) -> marsh_publication::PublisherKey {
+        marsh_publication::PublisherKey::of(
+            &self.env.ws.canonicalize().unwrap(),
+            &self.env.home.canonicalize().unwrap(),
+        )
+    }
+
+    /// The stock SBX server of this publisher's `name`.
+    fn server(&self, name: &str) -> String {
+        self.key().server_for(name)
+    }
+
     fn published(&self) -> PathBuf {
         self.control
             .canonicalize()
             .unwrap_or_else(|_| self.control.clone())
             .join("mcp/published")
+            .join(self.key().as_str())
     }
 
     fn declaration(&self, name: &str) -> PathBuf {
@@ -92,7 +106,7 @@ impl Pub {
     /// The registration a publication of `name` at `generation` must have.
     fn expected_registration(&self, name: &str, generation: &str, loaded: &[&str]) -> Value {
         json!({
-            "name": format!("marsh-pub-{name}"),
+            "name": self.server(name),
             "command": self.bin.path("marsh-mcp").to_str().unwrap(),
             "args": [
                 "export-serve",
@@ -182,7 +196,7 @@ fn publish_commits_an_owner_only_declaration_and_the_exact_registration() {
     let g = generation(&value);
     assert_eq!(
         value,
-        json!({"result": "committed", "tool_name": "hello", "server": "marsh-pub-hello", "generation": g})
+        json!({"result": "committed", "tool_name": "hello", "server": p.server("hello"), "generation": g})
     );
 
     let path = p.declaration("hello");
@@ -219,12 +233,12 @@ fn publish_commits_an_owner_only_declaration_and_the_exact_registration() {
         })
     );
     assert_eq!(
-        p.inspect("marsh-pub-hello").unwrap(),
+        p.inspect(&p.server("hello")).unwrap(),
         p.expected_registration("hello", &g, &[])
     );
     let ls: Value = serde_json::from_slice(&p.sbx(&["mcp", "ls", "--json"]).stdout).unwrap();
     assert_eq!(ls["servers"].as_array().unwrap().len(), 1);
-    assert_eq!(ls["servers"][0]["name"], "marsh-pub-hello");
+    assert_eq!(ls["servers"][0]["name"], p.server("hello"));
 
     // Defaults and bounds as given.
     let out = p.shell_mcp(&[
@@ -257,7 +271,7 @@ fn publish_commits_an_owner_only_declaration_and_the_exact_registration() {
     let server = value["server"].as_str().unwrap();
     assert_eq!(server.len(), 64);
     assert!(
-        server.starts_with(&format!("marsh-pub-{}-", &long[..41])),
+        server.starts_with(&format!("marsh-pub-{}-{}-", p.key().as_str(), &long[..32])),
         "{server}"
     );
     assert!(p.inspect(server).is_some());
@@ -273,7 +287,13 @@ fn republish_replaces_the_registration_and_sandbox_loads_it() {
         "tr a-z A-Z",
     ])));
     assert_eq!(
-        code(&p.sbx(&["mcp", "load", "marsh-pub-hello", "--sandbox", "old"])),
+        code(&p.sbx(&[
+            "mcp",
+            "load",
+            p.server("hello").as_str(),
+            "--sandbox",
+            "old"
+        ])),
         0
     );
 
@@ -282,7 +302,7 @@ fn republish_replaces_the_registration_and_sandbox_loads_it() {
     assert_ne!(first, second);
     assert_eq!(value["sandbox"], "dev");
     assert_eq!(
-        p.inspect("marsh-pub-hello").unwrap(),
+        p.inspect(&p.server("hello")).unwrap(),
         p.expected_registration("hello", &second, &["dev"]),
         "the old registration (loaded into `old`) was replaced"
     );
@@ -300,13 +320,13 @@ fn load_and_unpublish_from_the_shell_and_from_the_host() {
     let value = committed(&p.shell_mcp(&["load", "hello", "--sandbox", "dev"]));
     assert_eq!(
         value,
-        json!({"result": "committed", "tool_name": "hello", "server": "marsh-pub-hello",
+        json!({"result": "committed", "tool_name": "hello", "server": p.server("hello"),
                "generation": g, "sandbox": "dev"})
     );
     let value = committed(&p.host_mcp(&["load", "hello", "--sandbox=host1"]));
     assert_eq!(value["sandbox"], "host1");
     assert_eq!(
-        p.inspect("marsh-pub-hello").unwrap()["loaded"],
+        p.inspect(&p.server("hello")).unwrap()["loaded"],
         json!(["dev", "host1"])
     );
 
@@ -314,7 +334,7 @@ fn load_and_unpublish_from_the_shell_and_from_the_host() {
     assert_eq!(value["generation"], g.as_str());
     assert!(!p.declaration("hello").exists());
     assert!(!p.published().join("hello.revoking").exists());
-    assert_eq!(p.inspect("marsh-pub-hello"), None);
+    assert_eq!(p.inspect(&p.server("hello")), None);
     rejected(
         &p.host_mcp(&["load", "hello", "--sandbox", "dev"]),
         1,
@@ -335,7 +355,7 @@ fn load_and_unpublish_from_the_shell_and_from_the_host() {
     committed(&p.shell_mcp(&["publish", "hello", "--", "cat"]));
     committed(&p.shell_mcp(&["unpublish", "hello"]));
     assert!(!p.declaration("hello").exists());
-    assert_eq!(p.inspect("marsh-pub-hello"), None);
+    assert_eq!(p.inspect(&p.server("hello")), None);
 }
 
 #[test]
@@ -369,7 +389,7 @@ fn a_pending_revocation_blocks_load_and_publish_until_unpublish() {
 
     committed(&p.shell_mcp(&["unpublish", "hello"]));
     assert!(!marker.exists());
-    assert_eq!(p.inspect("marsh-pub-hello"), None);
+    assert_eq!(p.inspect(&p.server("hello")), None);
     committed(&p.shell_mcp(&["publish", "hello", "--", "rev"]));
 }
 
@@ -385,14 +405,15 @@ fn a_stale_or_modified_registration_is_refused_and_left_as_it_is() {
         .map(|a| a.as_str().unwrap().to_string())
         .collect();
     let command = expected["command"].as_str().unwrap();
+    let server = p.server("hello");
     let reregister = |args: &[String], extra: &[&str]| {
         // Absent (already removed) or present, it is replaced.
-        let _ = p.sbx(&["mcp", "rm", "--force", "marsh-pub-hello"]);
+        let _ = p.sbx(&["mcp", "rm", "--force", &server]);
         let joined = args.join(",");
         let mut add = vec![
             "mcp",
             "add",
-            "marsh-pub-hello",
+            server.as_str(),
             "--command",
             command,
             "--args",
@@ -422,7 +443,7 @@ fn a_stale_or_modified_registration_is_refused_and_left_as_it_is() {
         assert_eq!(p.state_bytes(), before, "left as it is");
     }
     assert_eq!(
-        code(&p.sbx(&["mcp", "rm", "--force", "marsh-pub-hello"])),
+        code(&p.sbx(&["mcp", "rm", "--force", p.server("hello").as_str()])),
         0
     );
     rejected(
@@ -444,7 +465,7 @@ fn a_stale_or_modified_registration_is_refused_and_left_as_it_is() {
         "malformed",
     );
     assert_eq!(
-        p.inspect("marsh-pub-hello").unwrap()["loaded"],
+        p.inspect(&p.server("hello")).unwrap()["loaded"],
         json!(["dev"])
     );
 }
@@ -514,7 +535,8 @@ fn bad_commands_are_rejected_before_any_effect() {
             "--kit targets are not supported by this stand-in",
         );
         assert_eq!(value["tool_name"], "hello");
-        assert_eq!(value["server"], "marsh-pub-hello");
+        // Refused before the daemon: no publisher, so no server.
+        assert_eq!(value["server"], Value::Null);
     }
     assert!(!p.control.exists(), "no control directory was created");
     assert_eq!(p.state_bytes(), None, "sbx was never written");
@@ -594,21 +616,18 @@ fn host_load_and_unpublish_need_the_publishing_workspace() {
             .output()
             .unwrap()
     };
+    // Names are per workspace and home: elsewhere `hello` is another publisher's name,
+    // not published there, and nothing of this one's is touched.
     let before = p.state_bytes();
     rejected(
         &from(&["load", "hello", "--sandbox", "dev"]),
         1,
-        "published from another workspace or marsh home",
-    );
-    rejected(
-        &from(&["unpublish", "hello"]),
-        1,
-        "unpublish it there first",
+        "hello is not published",
     );
     assert_eq!(p.state_bytes(), before);
     assert!(p.declaration("hello").exists());
 
-    // Another home is refused too.
+    // Another home is another publisher too.
     let other_home = p.env.dir.path().join("other-home");
     std::fs::create_dir(&other_home).unwrap();
     let out = p
@@ -618,7 +637,8 @@ fn host_load_and_unpublish_need_the_publishing_workspace() {
         .args(["mcp", "load", "hello", "--sandbox", "dev"])
         .output()
         .unwrap();
-    rejected(&out, 1, "published from another workspace or marsh home");
+    rejected(&out, 1, "hello is not published");
+    assert_eq!(p.state_bytes(), before);
     committed(&p.host_mcp(&["unpublish", "hello"]));
 }
 
@@ -685,7 +705,7 @@ fn unpublish_marks_the_revocation_before_waiting_for_the_lock() {
     );
     committed(&p.host_mcp(&["unpublish", "hello"]));
     assert!(!marker.exists());
-    assert_eq!(p.inspect("marsh-pub-hello"), None);
+    assert_eq!(p.inspect(&p.server("hello")), None);
 }
 
 #[test]
@@ -722,7 +742,7 @@ fn unconfined_shells_publish_too() {
     );
     let g = generation(&committed(&p.shell_mcp(&["publish", "hello", "--", "cat"])));
     assert_eq!(
-        p.inspect("marsh-pub-hello").unwrap(),
+        p.inspect(&p.server("hello")).unwrap(),
         p.expected_registration("hello", &g, &[])
     );
     committed(&p.shell_mcp(&["unpublish", "hello"]));
@@ -746,7 +766,7 @@ fn the_daemon_drives_the_sbx_marsh_was_given() {
         .output()
         .unwrap();
     let g = generation(&committed(&out));
-    let registration = p.inspect("marsh-pub-hello").unwrap();
+    let registration = p.inspect(&p.server("hello")).unwrap();
     let args = registration["args"].as_array().unwrap();
     assert_eq!(
         args.last().unwrap(),
@@ -758,4 +778,43 @@ fn the_daemon_drives_the_sbx_marsh_was_given() {
         Path::new(registration["command"].as_str().unwrap()),
         p.bin.path("marsh-mcp")
     );
+}
+
+/// A job in workspace W2 publishes 256 names, `hello` among them, before W1 publishes
+/// anything: W2's next new name is refused at its own cap, while W1 still publishes
+/// `hello` (its own server, beside W2's) and a further name. Names and the cap are per
+/// workspace and home.
+#[test]
+fn one_workspace_neither_exhausts_nor_pre_claims_anothers_names() {
+    let w1 = Pub::new();
+    let mut w2 = Env::new();
+    w2.set_env("MARSH_CONTROL_HOME", w1.control.to_str().unwrap());
+    w2.set_env("SBX_SHIM_STATE", w1.state.to_str().unwrap());
+    w2.marsh = w1.bin.path("marsh");
+    let flood = w2.run(
+        "mcp publish hello -- cat >/dev/null || echo failed hello; \
+         i=1; while [ $i -le 255 ]; do mcp publish t$i -- true >/dev/null || echo failed t$i; i=$((i+1)); done; \
+         mcp publish one-more -- true",
+    );
+    let out = stdout(&flood);
+    assert!(!out.contains("failed"), "{out}");
+    assert!(
+        out.contains("256 tools are published from this workspace and home already"),
+        "{out}"
+    );
+    let w2_hello = committed(&w2_publish_answer(&w2, "hello"));
+    let mine = committed(&w1.shell_mcp(&["publish", "hello", "--", "cat"]));
+    assert_ne!(mine["server"], w2_hello["server"]);
+    assert_eq!(mine["server"], w1.server("hello"));
+    committed(&w1.shell_mcp(&["publish", "another", "--", "true"]));
+    assert!(w1.inspect(&w1.server("hello")).is_some());
+    assert!(
+        w1.inspect(w2_hello["server"].as_str().unwrap()).is_some(),
+        "W2's hello is untouched"
+    );
+}
+
+/// W2 republishing its `hello` (an existing name: not counted against the cap).
+fn w2_publish_answer(w2: &Env, name: &str) -> Output {
+    w2.run(&format!("mcp publish {name} -- cat"))
 }

@@ -1,5 +1,6 @@
-//! The stand-in's control directory: `<control>/mcp/published/` holds the declarations
-//! (`<NAME>.json`) and revocation markers (`<NAME>.revoking`); `<control>/mcp/
+//! The stand-in's control directory: `<control>/mcp/published/<key>/` holds one
+//! publisher's declarations (`<NAME>.json`) and revocation markers (`<NAME>.revoking`),
+//! `<key>` being the [`PublisherKey`] of its workspace and home; `<control>/mcp/
 //! publication.lock` is held (flock, exclusive) for each whole transaction.
 //!
 //! Invariants: the control directory lies outside the marsh home and the workspace and
@@ -12,6 +13,8 @@ use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
+
+use marsh_publication::PublisherKey;
 
 use super::TxError;
 use crate::util;
@@ -71,18 +74,20 @@ impl From<ControlError> for TxError {
     }
 }
 
-/// An opened (created, checked) control directory.
+/// An opened (created, checked) control directory, for one publisher.
 #[derive(Debug)]
 pub struct ControlDir {
-    /// Canonical `<control>/mcp/published`.
+    /// Canonical `<control>/mcp/published/<key>`: this publisher's declarations only.
     published: PathBuf,
     /// Canonical `<control>/mcp/publication.lock`.
     lock: PathBuf,
 }
 
 /// Creates (when missing) and checks the control directory at `base`, which must not
-/// overlap `home` or `workspace`.
+/// overlap `home` or `workspace`, with the directory of their publisher (`workspace`
+/// and `home` as the publisher holds them: canonical).
 pub fn open(base: &Path, home: &Path, workspace: &Path) -> Result<ControlDir, TxError> {
+    let key = PublisherKey::of(workspace, home);
     let control = canonical_prefix(base)?;
     for (what, area) in [("marsh home", home), ("workspace", workspace)] {
         let area = canonical_prefix(area)?;
@@ -94,19 +99,24 @@ pub fn open(base: &Path, home: &Path, workspace: &Path) -> Result<ControlDir, Tx
             )));
         }
     }
-    let published = control.join("mcp").join("published");
+    let published = control.join("mcp").join("published").join(key.as_str());
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(&published)
         .map_err(|e| TxError::Rejected(format!("cannot create {}: {e}", published.display())))?;
-    for dir in [control.as_path(), &control.join("mcp"), &published] {
+    for dir in [
+        control.as_path(),
+        &control.join("mcp"),
+        &control.join("mcp").join("published"),
+        &published,
+    ] {
         check_private_dir(dir)?;
     }
     let mcp = fs::canonicalize(control.join("mcp"))
         .map_err(|e| TxError::Rejected(format!("cannot resolve the control directory: {e}")))?;
     Ok(ControlDir {
-        published: mcp.join("published"),
+        published: mcp.join("published").join(key.as_str()),
         lock: mcp.join("publication.lock"),
     })
 }
@@ -121,7 +131,7 @@ impl ControlDir {
         &self.published
     }
 
-    /// How many declarations exist (every `*.json` of the published directory).
+    /// How many declarations this publisher holds (every `*.json` of its directory).
     pub fn declaration_count(&self) -> Result<usize, ControlError> {
         let entries =
             fs::read_dir(&self.published).map_err(|source| ControlError::List { source })?;
@@ -332,10 +342,11 @@ mod tests {
         ] {
             assert_eq!(fs::metadata(d).unwrap().mode() & 0o777, 0o700, "{d:?}");
         }
+        let key = PublisherKey::of(&ws, &home);
         assert!(
             opened
                 .declaration_path("x")
-                .ends_with("mcp/published/x.json")
+                .ends_with(format!("mcp/published/{}/x.json", key.as_str()))
         );
         for (base, h, w) in [
             (home.join("ctl"), &home, &ws),

@@ -26,7 +26,7 @@ pub use settings::{SBX_VAR, Settings, resolve_sbx};
 pub use transaction::Publisher;
 
 use names::{
-    MAX_DESCRIPTION_BYTES, MAX_OUTPUT_BYTES, MAX_PIPELINE_BYTES, MAX_TIMEOUT_MS, server_for_tool,
+    MAX_DESCRIPTION_BYTES, MAX_OUTPUT_BYTES, MAX_PIPELINE_BYTES, MAX_TIMEOUT_MS,
     valid_sandbox_name, valid_tool_name,
 };
 
@@ -176,14 +176,15 @@ pub struct PublicationAnswer {
 }
 
 impl PublicationAnswer {
-    /// A rejection; `tool_name` (and its server) only when it is a valid name.
+    /// A rejection; `tool_name` only when it is a valid name. `server` stays null: it
+    /// depends on the publisher (workspace and home), which the daemon fills in.
     pub fn rejected(tool_name: Option<&str>, reason: impl Into<String>, usage: bool) -> Self {
         let tool_name = tool_name.filter(|n| valid_tool_name(n));
         Self {
             result: PublicationResult {
                 result: Outcome::RejectedBeforeEffect,
                 tool_name: tool_name.map(str::to_string),
-                server: tool_name.map(server_for_tool),
+                server: None,
                 generation: None,
                 sandbox: None,
                 reason: Some(reason.into()),
@@ -297,7 +298,7 @@ mod tests {
         let a = PublicationAnswer::rejected(Some("hello"), "no", false);
         assert_eq!(
             a.line(),
-            r#"{"result":"rejected_before_effect","tool_name":"hello","server":"marsh-pub-hello","generation":null,"reason":"no"}"#
+            r#"{"result":"rejected_before_effect","tool_name":"hello","server":null,"generation":null,"reason":"no"}"#
         );
         assert_eq!(a.exit_code(), 1);
         let a = PublicationAnswer::rejected(Some("-bad"), "no", true);

@@ -1,8 +1,8 @@
 //! Sandbox names and the bounds a publication request must respect (docs/publishing.md).
-//! Tool names and the stock SBX server of a tool are the declaration format's, from
-//! `marsh_publication`.
+//! Tool names, publisher keys and the stock SBX server of a tool are the declaration
+//! format's, from `marsh_publication`.
 
-pub use marsh_publication::{server_for_tool, valid_tool_name};
+pub use marsh_publication::{PublisherKey, valid_tool_name};
 
 /// Longest sandbox name (a stock SBX server name's bound too).
 const MAX_SANDBOX_NAME: usize = 64;

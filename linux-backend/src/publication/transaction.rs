@@ -10,13 +10,14 @@ use std::path::{Path, PathBuf};
 
 use super::control::{self, ControlDir};
 use super::declaration::{self, Declaration, Identity};
-use super::names::{default_description, server_for_tool};
+use super::names::{PublisherKey, default_description};
 use super::sbx::{Registration, Sbx};
 use super::trust;
 use super::{Outcome, PublicationAnswer, PublicationRequest, PublicationResult, Settings, TxError};
 use crate::util::log;
 
-/// Publications one user may hold at once (declarations in the control directory).
+/// Publications one publisher (workspace and home) may hold at once: its declarations
+/// in the control directory. Per publisher, so no workspace can use up another's.
 const MAX_PUBLICATIONS: usize = 256;
 
 /// Who runs transactions, for which workspace and home.
@@ -51,7 +52,11 @@ impl Publisher {
     pub fn execute(&self, request: &PublicationRequest) -> PublicationAnswer {
         let name = request.tool_name();
         if let Err(problem) = request.validate() {
-            return PublicationAnswer::rejected(Some(name), problem.to_string(), true);
+            let mut answer = PublicationAnswer::rejected(Some(name), problem.to_string(), true);
+            if answer.result.tool_name.is_some() {
+                answer.result.server = Some(self.key().server_for(name));
+            }
+            return answer;
         }
         let mut known = Known::default();
         let outcome = match request {
@@ -86,7 +91,7 @@ impl Publisher {
             result: PublicationResult {
                 result,
                 tool_name: Some(name.to_string()),
-                server: Some(server_for_tool(name)),
+                server: Some(self.key().server_for(name)),
                 generation: known.generation,
                 sandbox: known.sandbox.filter(|_| result == Outcome::Committed),
                 reason,
@@ -112,7 +117,7 @@ impl Publisher {
             ));
         }
         let name = declared.name;
-        let server = server_for_tool(name);
+        let server = self.key().server_for(name);
         let programs = self.programs()?;
         let control = self.control()?;
         let _lock = control.lock()?;
@@ -128,7 +133,7 @@ impl Publisher {
             // A new name: the control directory and the sbx state hold a bounded set.
             None if control.declaration_count()? >= MAX_PUBLICATIONS => {
                 return Err(TxError::Rejected(format!(
-                    "{MAX_PUBLICATIONS} tools are published already; unpublish one first"
+                    "{MAX_PUBLICATIONS} tools are published from this workspace and home already; unpublish one first"
                 )));
             }
             None => {}
@@ -189,7 +194,7 @@ impl Publisher {
     }
 
     fn unpublish(&self, name: &str, known: &mut Known) -> Result<(), TxError> {
-        let server = server_for_tool(name);
+        let server = self.key().server_for(name);
         let sbx_path = self.trusted_sbx()?;
         let control = self.control()?;
         let path = control.declaration_path(name);
@@ -254,7 +259,7 @@ impl Publisher {
     }
 
     fn load(&self, name: &str, sandbox: &str, known: &mut Known) -> Result<(), TxError> {
-        let server = server_for_tool(name);
+        let server = self.key().server_for(name);
         let programs = self.programs()?;
         let control = self.control()?;
         let _lock = control.lock()?;
@@ -337,6 +342,11 @@ impl Publisher {
                 .iter()
                 .zip(&registration.args)
                 .all(|(want, got)| *want == Some(got.as_str()))
+    }
+
+    /// Whose publications these are: names, servers and the cap are per publisher.
+    fn key(&self) -> PublisherKey {
+        PublisherKey::of(&self.workspace, &self.home)
     }
 
     fn control(&self) -> Result<ControlDir, TxError> {

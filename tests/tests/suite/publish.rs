@@ -77,8 +77,25 @@ impl World {
         s
     }
 
+    /// Publications belong to a workspace and home: this world's.
+    fn key(&self) -> marsh_publication::PublisherKey {
+        let canonical = |p: PathBuf| fs::canonicalize(&p).unwrap_or(p);
+        marsh_publication::PublisherKey::of(
+            &canonical(self.sb.workspace()),
+            &canonical(self.sb.home()),
+        )
+    }
+
+    /// The stock SBX server of this world's `name`.
+    fn server(&self, name: &str) -> String {
+        self.key().server_for(name)
+    }
+
     fn declaration(&self, name: &str) -> PathBuf {
-        self.control.join(format!("mcp/published/{name}.json"))
+        self.control
+            .join("mcp/published")
+            .join(self.key().as_str())
+            .join(format!("{name}.json"))
     }
 }
 
@@ -107,7 +124,7 @@ fn a_command_published_in_the_shell_is_served_to_a_sandbox_until_republished_or_
     assert_eq!(published["result"], "committed", "{published}");
     assert_eq!(code, 0);
     assert_eq!(published["tool_name"], "hello");
-    assert_eq!(published["server"], "marsh-pub-hello");
+    assert_eq!(published["server"], w.server("hello"));
     let generation = published["generation"].as_str().unwrap().to_string();
 
     // The stock registration pins the exporter and this publication.
@@ -116,7 +133,7 @@ fn a_command_published_in_the_shell_is_served_to_a_sandbox_until_republished_or_
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["name"] == "marsh-pub-hello")
+        .find(|s| s["name"] == w.server("hello"))
         .unwrap_or_else(|| panic!("{regs}"));
     assert_eq!(
         reg["command"],
@@ -143,7 +160,7 @@ fn a_command_published_in_the_shell_is_served_to_a_sandbox_until_republished_or_
     let (loaded, _) = in_shell(&mut dev, "mcp load hello --sandbox box-1");
     assert_eq!(loaded["result"], "committed", "{loaded}");
     assert_eq!(loaded["sandbox"], "box-1");
-    let mut gw = w.gateway("marsh-pub-hello", "box-1");
+    let mut gw = w.gateway(&w.server("hello"), "box-1");
     assert_eq!(gw.tool_names(), vec!["hello".to_string()]);
     let env = gw.call("hello", json!({"input": "abc"}));
     assert_eq!(env["data"]["outcome"], "success", "{env}");
@@ -162,7 +179,7 @@ fn a_command_published_in_the_shell_is_served_to_a_sandbox_until_republished_or_
     gw.close();
 
     // The new registration serves; unpublish empties it and later loads are rejected.
-    let mut gw = w.gateway("marsh-pub-hello", "box-1");
+    let mut gw = w.gateway(&w.server("hello"), "box-1");
     assert_eq!(gw.tool_names(), vec!["hello".to_string()]);
     let (gone, code) = in_shell(&mut dev, "mcp unpublish hello");
     assert_eq!(gone["result"], "committed", "{gone}");
@@ -200,7 +217,7 @@ fn publication_is_refused_without_effect_outside_its_rules() {
         );
         assert_ne!(code, 0, "{command}");
     }
-    assert!(!w.control.join("mcp/published/ok.json").exists());
+    assert!(!w.declaration("ok").exists());
     dev.close();
 
     // A host `marsh mcp publish` touches neither files nor sbx.
@@ -226,7 +243,7 @@ fn host_load_and_unpublish_work_from_the_publishing_workspace() {
     assert_eq!(answer["result"], "committed", "{answer} {out:?}");
     let regs = w.registrations();
     assert!(regs.to_string().contains("box-9"), "{regs}");
-    let mut gw = w.gateway("marsh-pub-hi", "box-9");
+    let mut gw = w.gateway(&w.server("hi"), "box-9");
     assert_eq!(
         gw.call("hi", json!({"input": "same"}))["data"]["stdout_text"],
         "same"
@@ -234,11 +251,11 @@ fn host_load_and_unpublish_work_from_the_publishing_workspace() {
     gw.close();
 
     // A modified registration is rejected, never repaired.
-    let out = w.tool("sbx", &["mcp", "rm", "--force", "marsh-pub-hi"]);
+    let out = w.tool("sbx", &["mcp", "rm", "--force", &w.server("hi")]);
     assert!(out.status.success());
     let out = w.tool(
         "sbx",
-        &["mcp", "add", "marsh-pub-hi", "--command", "/bin/true"],
+        &["mcp", "add", &w.server("hi"), "--command", "/bin/true"],
     );
     assert!(out.status.success());
     let out = w.tool("marsh", &["mcp", "load", "hi", "--sandbox", "box-9"]);
@@ -253,15 +270,25 @@ fn host_load_and_unpublish_work_from_the_publishing_workspace() {
 }
 
 #[test]
-fn a_name_stays_with_its_publisher_and_foreign_registrations_are_left_alone() {
+fn names_belong_to_their_publisher_and_foreign_registrations_are_left_alone() {
     let a = World::new();
     let mut dev_a = a.serve();
     let (published, _) = in_shell(&mut dev_a, "mcp publish hello -- 'tr a-z A-Z'");
     assert_eq!(published["result"], "committed", "{published}");
     let declaration = fs::read(a.declaration("hello")).unwrap();
+    let registration = |w: &World, name: &str| {
+        w.registrations()["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == w.server(name))
+            .cloned()
+    };
+    let a_hello = registration(&a, "hello").unwrap();
 
-    // Another workspace of the same user (same control directory and sbx state)
-    // can neither take the name over nor revoke it.
+    // Another workspace of the same user (same control directory and sbx state) has
+    // names of its own: it can neither revoke nor load A's `hello`, and its own
+    // `hello` is another server beside A's.
     let b = World {
         sb: Sandbox::new(),
         control: a.control.clone(),
@@ -269,10 +296,9 @@ fn a_name_stays_with_its_publisher_and_foreign_registrations_are_left_alone() {
     };
     let mut dev_b = b.serve();
     let state = fs::read(&a.sbx_state).unwrap();
-    for command in [
-        "mcp publish hello -- 'echo from-b'",
-        "mcp unpublish hello",
-        "mcp load hello --sandbox box-b",
+    for (command, said) in [
+        ("mcp unpublish hello", "nothing is published as hello"),
+        ("mcp load hello --sandbox box-b", "hello is not published"),
     ] {
         let (answer, _) = in_shell(&mut dev_b, command);
         assert_eq!(
@@ -280,20 +306,24 @@ fn a_name_stays_with_its_publisher_and_foreign_registrations_are_left_alone() {
             "{command}: {answer}"
         );
         let reason = answer["reason"].as_str().unwrap();
-        assert!(reason.contains("another workspace"), "{reason}");
+        assert!(reason.contains(said), "{reason}");
         assert!(
             !reason.contains(&a.sb.workspace().display().to_string()),
             "{reason}"
         );
     }
-    assert_eq!(fs::read(a.declaration("hello")).unwrap(), declaration);
     assert_eq!(fs::read(&a.sbx_state).unwrap(), state);
-    dev_b.close();
+    let (answer, _) = in_shell(&mut dev_b, "mcp publish hello -- 'echo from-b'");
+    assert_eq!(answer["result"], "committed", "{answer}");
+    assert_eq!(answer["server"], b.server("hello"));
+    assert_ne!(b.server("hello"), a.server("hello"));
+    assert_eq!(fs::read(a.declaration("hello")).unwrap(), declaration);
+    assert_eq!(registration(&a, "hello"), Some(a_hello));
 
     // A server of that name that is not a publication's is never replaced or removed.
     let out = a.tool(
         "sbx",
-        &["mcp", "add", "marsh-pub-other", "--command", "/bin/true"],
+        &["mcp", "add", &a.server("other"), "--command", "/bin/true"],
     );
     assert!(out.status.success(), "{out:?}");
     let state = fs::read(&a.sbx_state).unwrap();
@@ -307,8 +337,9 @@ fn a_name_stays_with_its_publisher_and_foreign_registrations_are_left_alone() {
     assert_eq!(fs::read(&a.sbx_state).unwrap(), state);
     assert!(!a.declaration("other").exists());
 
-    // At most 256 names are published at once: a new one beyond is refused, while
-    // republishing an existing one still works.
+    // At most 256 names per workspace and home: a new one beyond is refused, while
+    // republishing an existing one still works, and the other workspace still
+    // publishes new names.
     for i in 0..255 {
         fs::write(a.declaration(&format!("filler-{i}")), b"{}").unwrap();
     }
@@ -320,7 +351,10 @@ fn a_name_stays_with_its_publisher_and_foreign_registrations_are_left_alone() {
     );
     let (answer, _) = in_shell(&mut dev_a, "mcp publish hello -- cat");
     assert_eq!(answer["result"], "committed", "{answer}");
+    let (answer, _) = in_shell(&mut dev_b, "mcp publish one-more -- cat");
+    assert_eq!(answer["result"], "committed", "{answer}");
     dev_a.close();
+    dev_b.close();
 }
 
 #[test]
@@ -344,6 +378,6 @@ fn publishing_from_a_development_scope_is_refused_before_any_effect() {
             "{reason}"
         );
     }
-    assert!(!w.control.join("mcp/published/hello.json").exists());
+    assert!(!w.declaration("hello").exists());
     assert!(!w.sbx_state.exists(), "sbx was never run");
 }

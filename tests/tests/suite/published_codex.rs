@@ -19,8 +19,16 @@ use super::install_clients::{app_request, codex_app_thread};
 use serde_json::{Value, json};
 
 pub(crate) const TOOL: &str = "hello";
-/// The stock SBX server of [`TOOL`] (`marsh-pub-` + the name).
-pub(crate) const SERVER: &str = "marsh-pub-hello";
+thread_local! {
+    /// The stock SBX server of [`TOOL`] for this test's [`Publishing`] world (whose
+    /// workspace and home it belongs to).
+    static SERVER: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// The stock SBX server of [`TOOL`] for this test's world.
+pub(crate) fn server() -> String {
+    SERVER.with(|s| s.borrow().clone())
+}
 pub(crate) const PIPELINE: &str = "tr a-z A-Z";
 pub(crate) const G1: &str = "3f2a9c1e-7b4d-4e8f-9a1b-2c3d4e5f6a7b";
 pub(crate) const G2: &str = "8e7d6c5b-4a39-4281-b7c6-d5e4f3a2b1c0";
@@ -58,10 +66,16 @@ impl Publishing {
         let control = state.join("control");
         let codex_home = state.join("codex");
         private_dir(&home);
+        let key = marsh_publication::PublisherKey::of(
+            &fs::canonicalize(sb.workspace()).unwrap(),
+            &fs::canonicalize(&home).unwrap(),
+        );
+        SERVER.with(|s| *s.borrow_mut() = key.server_for(TOOL));
         for dir in [
             control.clone(),
             control.join("mcp"),
             control.join("mcp/published"),
+            control.join("mcp/published").join(key.as_str()),
         ] {
             private_dir(&dir);
         }
@@ -77,9 +91,16 @@ impl Publishing {
         }
     }
 
-    /// `<control>/mcp/published/<tool>.json`.
+    /// `<control>/mcp/published/<key>/<tool>.json`.
     pub(crate) fn declaration(&self, tool: &str) -> PathBuf {
-        self.control.join(format!("mcp/published/{tool}.json"))
+        let key = marsh_publication::PublisherKey::of(
+            &fs::canonicalize(self.sb.workspace()).unwrap(),
+            &fs::canonicalize(&self.home).unwrap(),
+        );
+        self.control
+            .join("mcp/published")
+            .join(key.as_str())
+            .join(format!("{tool}.json"))
     }
 
     /// Writes the declaration of `tool` (pipeline mode, default bounds, owner-only,
@@ -186,7 +207,7 @@ impl Publishing {
     /// What `mcp publish TOOL -- PIPELINE` leaves: the declaration and the registration.
     pub(crate) fn publish(&self, tool: &str, generation: Option<&str>, pipeline: &str) {
         self.write_declaration(tool, generation, pipeline);
-        self.register(SERVER, &self.export_args(tool, generation));
+        self.register(&server(), &self.export_args(tool, generation));
     }
 
     /// The environment every command of this world gets besides the harness's own.
@@ -249,7 +270,7 @@ impl Publishing {
 
     /// Asserts Codex has exactly the entry install-published writes for `generation`.
     pub(crate) fn assert_installed(&self, generation: Option<&str>) {
-        let entry = self.codex_entry(SERVER).expect("an entry");
+        let entry = self.codex_entry(&server()).expect("an entry");
         let transport = &entry["transport"];
         assert_eq!(transport["type"], "stdio", "{entry}");
         assert_eq!(
@@ -275,22 +296,22 @@ fn install_published_registers_exactly_is_idempotent_and_refuses_what_does_not_m
     // touched: another marsh, then a dir.
     let mut tampered = w.export_args(TOOL, Some(G1));
     tampered[10] = "/usr/bin/marsh".into();
-    w.register(SERVER, &tampered);
+    w.register(&server(), &tampered);
     let before = w.codex_config();
     let (code, stderr) = w.marsh_mcp(&["install-published", "codex", TOOL]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        stderr.contains(&format!("the sbx registration {SERVER} does not match"))
+        stderr.contains(&format!("the sbx registration {} does not match", server()))
             && stderr.contains("the --marsh value is \"/usr/bin/marsh\""),
         "{stderr}"
     );
     let marsh_mcp = text(&w.sb.prefix.bin("marsh-mcp"));
     let joined = w.export_args(TOOL, Some(G1)).join(",");
-    w.unregister(SERVER);
+    w.unregister(&server());
     let out = w.sbx(&[
         "mcp",
         "add",
-        SERVER,
+        &server(),
         "--command",
         &marsh_mcp,
         "--args",
@@ -303,7 +324,7 @@ fn install_published_registers_exactly_is_idempotent_and_refuses_what_does_not_m
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("dir is \"/\" instead of unset"), "{stderr}");
     assert_eq!(w.codex_config(), before, "nothing written");
-    assert_eq!(w.codex_entry(SERVER), None);
+    assert_eq!(w.codex_entry(&server()), None);
 
     // The matching registration installs exactly `marsh-mcp export-serve …`.
     w.publish(TOOL, Some(G1), PIPELINE);
@@ -311,7 +332,8 @@ fn install_published_registers_exactly_is_idempotent_and_refuses_what_does_not_m
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "registered {SERVER} with codex (published tool {TOOL}, generation {G1})"
+            "registered {} with codex (published tool {TOOL}, generation {G1})",
+            server()
         )),
         "{stderr}"
     );
@@ -328,13 +350,13 @@ fn install_published_registers_exactly_is_idempotent_and_refuses_what_does_not_m
     let (code, stderr) = w.marsh_mcp(&["remove-published", "codex", TOOL]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
-        stderr.contains(&format!("removed {SERVER} from codex")),
+        stderr.contains(&format!("removed {} from codex", server())),
         "{stderr}"
     );
-    assert_eq!(w.codex_entry(SERVER), None);
+    assert_eq!(w.codex_entry(&server()), None);
 
     // A same-name foreign entry is refused by both and left byte-identical.
-    let out = w.codex(&["mcp", "add", SERVER, "--", "/usr/bin/env", "true"]);
+    let out = w.codex(&["mcp", "add", &server(), "--", "/usr/bin/env", "true"]);
     assert!(out.status.success(), "{out:?}");
     let foreign = w.codex_config().expect("config.toml");
     for verb in ["install-published", "remove-published"] {
@@ -342,7 +364,8 @@ fn install_published_registers_exactly_is_idempotent_and_refuses_what_does_not_m
         assert_eq!(code, Some(1), "{verb}: {stderr}");
         assert!(
             stderr.contains(&format!(
-                "codex already has a different entry named {SERVER}"
+                "codex already has a different entry named {}",
+                server()
             )) && stderr.contains("/usr/bin/env"),
             "{verb}: {stderr}"
         );
@@ -371,14 +394,14 @@ fn remove_published_removes_a_previous_generations_entry_even_after_unpublish() 
     // …but remove-published removes it, and the new generation installs.
     let (code, stderr) = w.marsh_mcp(&["remove-published", "codex", TOOL]);
     assert_eq!(code, Some(0), "{stderr}");
-    assert_eq!(w.codex_entry(SERVER), None);
+    assert_eq!(w.codex_entry(&server()), None);
     let (code, stderr) = w.marsh_mcp(&["install-published", "codex", TOOL]);
     assert_eq!(code, Some(0), "{stderr}");
     w.assert_installed(Some(G2));
 
     // A registration left behind for the old generation is refused (the declaration
     // moved on) before Codex is touched.
-    w.register(SERVER, &w.export_args(TOOL, Some(G1)));
+    w.register(&server(), &w.export_args(TOOL, Some(G1)));
     let (code, stderr) = w.marsh_mcp(&["remove-published", "codex", TOOL]);
     assert_eq!(code, Some(0), "{stderr}");
     let before = w.codex_config();
@@ -396,13 +419,13 @@ fn remove_published_removes_a_previous_generations_entry_even_after_unpublish() 
     let (code, stderr) = w.marsh_mcp(&["install-published", "codex", TOOL]);
     assert_eq!(code, Some(0), "{stderr}");
     fs::remove_file(w.declaration(TOOL)).unwrap();
-    w.unregister(SERVER);
+    w.unregister(&server());
     let (code, stderr) = w.marsh_mcp(&["install-published", "codex", TOOL]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("hello is not published"), "{stderr}");
     let (code, stderr) = w.marsh_mcp(&["remove-published", "codex", TOOL]);
     assert_eq!(code, Some(0), "{stderr}");
-    assert_eq!(w.codex_entry(SERVER), None);
+    assert_eq!(w.codex_entry(&server()), None);
 }
 
 #[test]
@@ -444,13 +467,13 @@ fn codex_app_server_lists_and_calls_exactly_the_published_tool() {
     let status = app_request(
         &mut app,
         "mcpServerStatus/list",
-        json!({"threadId": thread_id, "serverName": SERVER}),
+        json!({"threadId": thread_id, "serverName": server()}),
     );
     let entry = status["result"]["data"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["name"] == SERVER)
+        .find(|s| s["name"] == server())
         .cloned()
         .unwrap_or_else(|| panic!("{status}"));
     let tools: Vec<&String> = entry["tools"]
@@ -463,7 +486,7 @@ fn codex_app_server_lists_and_calls_exactly_the_published_tool() {
     let call = app_request(
         &mut app,
         "mcpServer/tool/call",
-        json!({"threadId": thread_id, "server": SERVER, "tool": TOOL, "arguments": {"input": "from codex"}}),
+        json!({"threadId": thread_id, "server": server(), "tool": TOOL, "arguments": {"input": "from codex"}}),
     );
     assert!(call.to_string().contains("FROM CODEX"), "{call}");
     drop(app);
