@@ -13,6 +13,7 @@ names every failed step on its last line and exits 1.
 """
 
 import asyncio
+import json
 import os
 import sys
 import textwrap
@@ -220,19 +221,22 @@ async def publish_demo(bin_dir, workspace, demo_dir):
     async with stdio_client(dev) as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
-            show("shell_run: mcp publish (inside the project shell)",
-                 await call(session, "shell_run", {"command": "mcp publish shout --description 'Upper-cases its input' "
-                                                             "--sandbox demo-box -- 'tr a-z A-Z'"}), state="succeeded")
+            published = await call(session, "shell_run", {
+                "command": "mcp publish shout --description 'Upper-cases its input' "
+                           "--sandbox demo-box -- 'tr a-z A-Z'"})
+            show("shell_run: mcp publish (inside the project shell)", published, state="succeeded")
+    # The stock server's name carries the publisher key of this workspace and home.
+    server = json.loads(published["data"]["stdout_text"].strip())["server"]
     gateway = StdioServerParameters(
         command=os.path.join(bin_dir, "sbx"),
-        args=["mcp", "gateway-exec", "marsh-pub-shout", "--sandbox", "demo-box"],
+        args=["mcp", "gateway-exec", server, "--sandbox", "demo-box"],
         env=env, cwd=demo_dir,
     )
     async with stdio_client(gateway) as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
             tools = await session.list_tools()
-            print("\n=== the sandbox's view of marsh-pub-shout (export-serve)")
+            print(f"\n=== the sandbox's view of {server} (export-serve)")
             print("  tools:", ", ".join(t.name for t in tools.tools))
             show("shout {input: 'published from the project shell'}",
                  await call(session, "shout", {"input": "published from the project shell"}), outcome="success")
