@@ -13,14 +13,18 @@
 //!   around it stays at -1000 there: an OOM kill in the scope takes a job, never the
 //!   shell).
 //!
-//! Invariant: the asker runs nothing of a job before the answer [`ADMITTED`]; any other
-//! answer, or none within [`REQUEST_TIMEOUT`], and the container is discarded. The
+//! Invariant: the asker runs nothing of a job before the answer `admitted <id>` to its
+//! own request `<kind> <id>`; any other answer, or none within [`REQUEST_TIMEOUT`], and
+//! the container is discarded. Answers carry the request's id because the shell's
+//! socket is shared by every container it prepares: an answer that comes after its
+//! asker gave up is skipped by the next asker instead of being taken for its own. The
 //! socket exists only for a root daemon (both effects need root), so without it no
 //! admission is asked for.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::error::{Context, Error, Result};
 use crate::sandbox::CONTAINER_OOM_SCORE_ADJ;
@@ -30,8 +34,13 @@ use crate::util::log;
 
 /// How long an admission may take to be asked for and answered.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// The answer to an admission that succeeded.
-pub const ADMITTED: &[u8] = b"admitted";
+/// The verb of an answer to an admission that succeeded (`admitted <id>`).
+const ADMITTED: &str = "admitted";
+/// The verb of an answer to one that failed (`refused <id>: <why>`).
+const REFUSED: &str = "refused";
+
+/// Ids of this process's requests.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Who asks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,29 +52,70 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn tag(self) -> &'static [u8] {
+    fn tag(self) -> &'static str {
         match self {
-            Kind::Container => b"container",
-            Kind::Kit => b"kit",
+            Kind::Container => "container",
+            Kind::Kit => "kit",
         }
     }
 }
 
-/// Asks for admission on `link` and waits for the answer. `fds` as [`Kind`] says.
+/// Asks for admission on `link` and waits for the answer to this request (answers to
+/// earlier, abandoned requests are skipped). `fds` as [`Kind`] says.
 pub fn request(link: &SeqPacket, kind: Kind, fds: &[BorrowedFd<'_>]) -> Result<()> {
-    link.send(kind.tag(), fds)?;
-    link.set_recv_timeout(Some(REQUEST_TIMEOUT))?;
-    let answer = link.recv();
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    link.send(format!("{} {id}", kind.tag()).as_bytes(), fds)?;
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
+    let answer = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break Err(Error::failed(format!(
+                "the daemon did not admit the container within {REQUEST_TIMEOUT:?}"
+            )));
+        }
+        link.set_recv_timeout(Some(left))?;
+        match link.recv() {
+            Ok(Some(reply)) => {
+                let text = String::from_utf8_lossy(&reply.data).into_owned();
+                match parse_answer(&text) {
+                    Some((answer_id, verdict)) if answer_id == id => break verdict,
+                    Some(_) => continue,
+                    None => {
+                        break Err(Error::Protocol(format!(
+                            "an admission answer that does not parse: {text:?}"
+                        )));
+                    }
+                }
+            }
+            Ok(None) => {
+                break Err(Error::failed(
+                    "the daemon went away before admitting the container",
+                ));
+            }
+            Err(e) => break Err(e),
+        }
+    };
     link.set_recv_timeout(None)?;
-    match answer? {
-        Some(reply) if reply.data == ADMITTED => Ok(()),
-        Some(reply) => Err(Error::failed(format!(
-            "the daemon refused the container: {}",
-            String::from_utf8_lossy(&reply.data)
-        ))),
-        None => Err(Error::failed(
-            "the daemon went away before admitting the container",
+    answer
+}
+
+/// `admitted <id>` or `refused <id>: <why>`.
+fn parse_answer(text: &str) -> Option<(u64, Result<()>)> {
+    let (verb, rest) = text.split_once(' ')?;
+    let (id, why) = match rest.split_once(": ") {
+        Some((id, why)) => (id, Some(why)),
+        None => (rest, None),
+    };
+    let id = id.parse().ok()?;
+    match (verb, why) {
+        (ADMITTED, None) => Some((id, Ok(()))),
+        (REFUSED, Some(why)) => Some((
+            id,
+            Err(Error::failed(format!(
+                "the daemon refused the container: {why}"
+            ))),
         )),
+        _ => None,
     }
 }
 
@@ -81,21 +131,23 @@ impl Admitter {
         let Some(request) = link.recv()? else {
             return Ok(false);
         };
-        let outcome = match request.data.as_slice() {
-            b"container" => self.admit_container(&request.fds),
-            b"kit" => self.guard_mounts(&request.fds),
+        let text = String::from_utf8_lossy(&request.data).into_owned();
+        let (tag, id) = text.split_once(' ').unwrap_or((text.as_str(), "0"));
+        let outcome = match tag {
+            "container" => self.admit_container(&request.fds),
+            "kit" => self.guard_mounts(&request.fds),
             other => Err(Error::Protocol(format!(
-                "unknown admission request {:?}",
-                String::from_utf8_lossy(other)
+                "unknown admission request {other:?}"
             ))),
         };
-        match outcome {
-            Ok(()) => link.send(ADMITTED, &[])?,
+        let answer = match outcome {
+            Ok(()) => format!("{ADMITTED} {id}"),
             Err(e) => {
                 log!("admission: {e}");
-                link.send(e.to_string().as_bytes(), &[])?;
+                format!("{REFUSED} {id}: {e}")
             }
-        }
+        };
+        link.send(answer.as_bytes(), &[])?;
         Ok(true)
     }
 
@@ -162,4 +214,30 @@ fn set_oom_floor(pidfd: BorrowedFd<'_>, score: i32) -> Result<()> {
         .ok_or_else(|| Error::failed("the container's init is gone"))?;
     std::fs::write(format!("/proc/{pid}/oom_score_adj"), score.to_string())
         .context(|| format!("setting the OOM score of the container init (pid {pid})"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn an_answer_is_taken_only_for_its_own_request() {
+        let (agent, daemon) = SeqPacket::pair().unwrap();
+        // A late answer to an abandoned request 0 waits on the socket first.
+        daemon.send(b"admitted 0", &[]).unwrap();
+        let admitter = Admitter { guard: None };
+        let serving = std::thread::spawn(move || {
+            // The request for a kit carries no mounts here: with no guard, nothing to do.
+            admitter.serve_one(&daemon).unwrap();
+            daemon
+        });
+        request(&agent, Kind::Kit, &[]).unwrap();
+        drop(serving.join().unwrap());
+        assert_eq!(
+            parse_answer("refused 7: the mounts").map(|(id, v)| (id, v.is_ok())),
+            Some((7, false))
+        );
+        assert!(parse_answer("admitted x").is_none());
+    }
 }

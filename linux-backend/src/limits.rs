@@ -304,8 +304,10 @@ fn make_groups(
                     groups.ceiling = Some(tighten(&shared_dir, file, *limit)?);
                 }
                 remove_stale(&shared_dir);
-                let dir = shared_dir.join(name);
-                create_dir_if_absent(&dir)?;
+                // A group of our own, never one found there: a daemon of the same pid in
+                // another pid namespace (or a leftover still holding a process) keeps
+                // its own, and this one takes the next free suffix.
+                let dir = create_own_group(&shared_dir, name)?;
                 groups.dirs.push(dir.clone());
                 let held = nix::fcntl::Flock::lock(
                     File::open(&dir)?,
@@ -369,6 +371,23 @@ fn make_groups(
     }
 }
 
+/// Creates `<shared>/<name>`, else `<name>-1` … `<name>-15`, whichever is free first.
+fn create_own_group(shared: &Path, name: &str) -> std::io::Result<PathBuf> {
+    let mut last = None;
+    for n in 0..16 {
+        let dir = match n {
+            0 => shared.join(name),
+            n => shared.join(format!("{name}-{n}")),
+        };
+        match fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free group name")))
+}
+
 fn create_dir_if_absent(dir: &Path) -> std::io::Result<()> {
     match fs::create_dir(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
@@ -414,11 +433,11 @@ fn remove_stale(shared: &Path) {
         return;
     };
     for entry in entries.flatten() {
+        // `<pid>` or `<pid>-<n>` (see `create_own_group`).
         let is_group = entry.file_type().is_ok_and(|t| t.is_dir())
-            && entry
-                .file_name()
-                .to_str()
-                .is_some_and(|n| n.parse::<u32>().is_ok());
+            && entry.file_name().to_str().is_some_and(|n| {
+                n.split('-').count() <= 2 && n.split('-').all(|p| p.parse::<u32>().is_ok())
+            });
         if !is_group {
             continue;
         }

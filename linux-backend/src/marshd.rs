@@ -13,7 +13,7 @@ use clap::{ArgAction, CommandFactory, Parser, Subcommand};
 use crate::util::log;
 use crate::{agent, daemon};
 
-const USAGE: &str = "marshd serve --home HOME --workspace DIR | marshd agent --kit-socket PATH --kit-dir DIR --bin-dir DIR --self PATH [--contain] [--nproc N] | marshd container-init | marshd guard-exec --fd N -- ARGV... | marshd kit-client --socket PATH KIT [ARGS...] | marshd mcp-client --socket PATH [ARGS...]";
+const USAGE: &str = "marshd serve --home HOME --workspace DIR | marshd agent --kit-socket PATH --kit-dir DIR --bin-dir DIR --self PATH [--contain] [--nproc N] | marshd container-init [--admit] | marshd guard-exec --fd N -- ARGV... | marshd kit-client --socket PATH KIT [ARGS...] | marshd mcp-client --socket PATH [ARGS...]";
 
 // The command line. Only `--version` is a flag of its own: there is no `--help` or
 // `help` (they are usage errors), a repeated flag keeps its last value, and a flag's
@@ -65,7 +65,12 @@ enum Mode {
     },
     /// pid 1 of one job's container, started by the agent (channel on fd 0).
     #[command(name = "container-init", disable_help_flag = true)]
-    ContainerInit,
+    ContainerInit {
+        /// Send what the daemon's admission needs (a pidfd and the workspace mounts)
+        /// with `Ready`.
+        #[arg(long)]
+        admit: bool,
+    },
     /// A kit container's first program: has the daemon guard its workspace mounts
     /// (socket on fd `N`), then executes the kit's command in its place.
     #[command(
@@ -172,7 +177,7 @@ pub fn main(args: Vec<OsString>) -> i32 {
                 1
             }
         },
-        Mode::ContainerInit => agent::init::main(),
+        Mode::ContainerInit { admit } => agent::init::main(admit),
         Mode::GuardExec { fd, argv } => crate::setid_guard::exec_guarded(fd, &argv),
         Mode::KitClient { socket, command } => match command.split_first() {
             Some((kit, kit_args)) => {

@@ -24,8 +24,10 @@ use crate::error::{Context, Error, Result};
 
 /// Largest record accepted in either direction.
 pub const MAX_MESSAGE: usize = 512 * 1024;
-/// Room for this many descriptors per record; the protocol never sends more than 3.
-const FD_ROOM: usize = 8;
+/// Room for this many descriptors per record: the most the protocol sends is a
+/// container's admission (its init's pidfd and up to
+/// [`crate::setid_guard::MAX_GUARDED_MOUNTS`] workspace mounts).
+const FD_ROOM: usize = crate::setid_guard::MAX_GUARDED_MOUNTS + 1;
 /// `sun_path` holds 108 bytes; longer paths are reached through `/proc/self/fd`.
 const SUN_PATH_BUDGET: usize = 100;
 

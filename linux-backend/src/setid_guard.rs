@@ -115,7 +115,10 @@ fn new_group() -> std::result::Result<OwnedFd, String> {
                 | libc::FAN_CLOEXEC
                 | libc::FAN_UNLIMITED_QUEUE
                 | libc::FAN_UNLIMITED_MARKS,
-            (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_LARGEFILE) as u32,
+            // Non-blocking: on kernels that send permission events for FIFOs, the event
+            // descriptor of one would otherwise wait for a writer inside this thread's
+            // read, and stall every open in the workspace.
+            (libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_LARGEFILE) as u32,
         )
     };
     if fd < 0 {
@@ -200,8 +203,13 @@ fn unescape_mount_point(field: &str) -> Vec<u8> {
 /// when `ARGV` cannot be executed.
 pub fn exec_guarded(fd: RawFd, argv: &[std::ffi::OsString]) -> i32 {
     use std::os::unix::process::CommandExt;
-    // SAFETY: the daemon handed this descriptor over for this purpose; nothing else in
-    // this process refers to it.
+    // SAFETY: fcntl only reads the descriptor table entry.
+    if fd < 3 || unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        eprintln!("marshd guard-exec: --fd {fd} is not an open descriptor");
+        return 126;
+    }
+    // SAFETY: the daemon handed this open descriptor over for this purpose; nothing
+    // else in this process refers to it.
     let link = SeqPacket::from_fd(unsafe { OwnedFd::from_raw_fd(fd) });
     let guarded = workspace_mounts().and_then(|mounts| {
         let borrowed: Vec<_> = mounts.iter().map(AsFd::as_fd).collect();
@@ -253,16 +261,26 @@ fn verdict(fd: RawFd) -> u32 {
 fn answer_events(group: OwnedFd) {
     const META: usize = std::mem::size_of::<libc::fanotify_event_metadata>();
     let mut buf = vec![0u8; 64 * 1024];
+    let mut failures: u64 = 0;
     loop {
         // SAFETY: reading into a buffer we own, within its length.
         let n = unsafe { libc::read(group.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         if n < 0 {
+            // The kernel reports an event whose descriptor it could not open (EMFILE,
+            // ENFILE, an LSM or FUSE refusing root) as a read error, after denying that
+            // event itself. The loop must go on: while marks exist, an exited thread
+            // would leave every later open in the workspace waiting.
             let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EINTR) {
-                continue;
+            if e.raw_os_error() != Some(libc::EINTR) {
+                failures += 1;
+                // The first failure and then one in a thousand, so a lasting cause
+                // cannot flood the log; the pause lets a descriptor shortage pass.
+                if failures % 1000 == 1 {
+                    log!("set-id guard: reading events ({failures} failed so far): {e}");
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
             }
-            log!("set-id guard: reading events: {e}");
-            return;
+            continue;
         }
         let n = n as usize;
         let mut offset = 0;

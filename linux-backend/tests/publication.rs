@@ -818,3 +818,49 @@ fn one_workspace_neither_exhausts_nor_pre_claims_anothers_names() {
 fn w2_publish_answer(w2: &Env, name: &str) -> Output {
     w2.run(&format!("mcp publish {name} -- cat"))
 }
+
+/// A publication left by an earlier release (declaration directly in `published/`,
+/// server `marsh-pub-NAME`) is still revoked by `unpublish` from its workspace and home.
+#[test]
+fn unpublish_revokes_a_publication_of_the_earlier_layout() {
+    let p = Pub::new();
+    committed(&p.shell_mcp(&["publish", "hello", "--", "cat"]));
+    let keyed = p.declaration("hello");
+    let legacy = p.published().parent().unwrap().join("hello.json");
+    std::fs::rename(&keyed, &legacy).unwrap();
+    let registration = p.inspect(&p.server("hello")).unwrap();
+    let args: Vec<String> = registration["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let a = a.as_str().unwrap();
+            if a == keyed.to_str().unwrap() {
+                legacy.to_str().unwrap().to_string()
+            } else {
+                a.to_string()
+            }
+        })
+        .collect();
+    assert_eq!(
+        code(&p.sbx(&["mcp", "rm", "--force", &p.server("hello")])),
+        0
+    );
+    let joined = args.join(",");
+    let command = registration["command"].as_str().unwrap();
+    assert_eq!(
+        code(&p.sbx(&[
+            "mcp",
+            "add",
+            "marsh-pub-hello",
+            "--command",
+            command,
+            "--args",
+            &joined
+        ])),
+        0
+    );
+    committed(&p.shell_mcp(&["unpublish", "hello"]));
+    assert!(!legacy.exists());
+    assert_eq!(p.inspect("marsh-pub-hello"), None);
+}

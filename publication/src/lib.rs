@@ -13,4 +13,4 @@ pub use declaration::{
     FieldKind, Loaded, MAX_STDIN_BYTES, MAX_STRING_BYTES, StdinBinding, export_serve_args, load,
     valid_generation,
 };
-pub use name::{PublisherKey, valid_tool_name};
+pub use name::{PublisherKey, legacy_server_for, valid_tool_name};

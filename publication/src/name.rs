@@ -69,6 +69,30 @@ impl PublisherKey {
     }
 }
 
+/// The stock SBX server an earlier release registered for `name`, when names were one
+/// namespace per user: `marsh-pub-NAME` when that fits in 64 characters, else the
+/// prefix, the first 41 characters, `-` and 12 hex digits of the name's SHA-256. Only
+/// for revoking what that release published.
+pub fn legacy_server_for(name: &str) -> String {
+    const LEGACY_STEM: usize = 41;
+    let plain = format!("{SERVER_PREFIX}{name}");
+    let bytes = name.as_bytes();
+    let shortened_shape = bytes.len() == LEGACY_STEM + 1 + DIGEST_HEX
+        && bytes[LEGACY_STEM] == b'-'
+        && bytes[LEGACY_STEM + 1..]
+            .iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b));
+    if plain.len() <= MAX_SERVER_NAME && !shortened_shape {
+        return plain;
+    }
+    let digest = hex::encode(Sha256::digest(name.as_bytes()));
+    format!(
+        "{SERVER_PREFIX}{}-{}",
+        &name[..LEGACY_STEM],
+        &digest[..DIGEST_HEX]
+    )
+}
+
 /// Characters of a long name kept in its shortened server name.
 fn stem_len() -> usize {
     MAX_SERVER_NAME - SERVER_PREFIX.len() - KEY_HEX - 1 - 1 - DIGEST_HEX
@@ -144,5 +168,10 @@ mod tests {
         assert!(valid_tool_name(&crafted));
         assert_ne!(key.server_for(&crafted), a);
         assert_eq!(key.server_for(&crafted).len(), 64);
+        // The earlier release's names, for revoking its publications.
+        assert_eq!(legacy_server_for("hello"), "marsh-pub-hello");
+        let legacy = legacy_server_for(&long_a);
+        assert_eq!(legacy.len(), 64);
+        assert!(legacy.starts_with(&format!("marsh-pub-{}-", "s".repeat(41))));
     }
 }

@@ -86,8 +86,12 @@ fn prepare(agent_exe: &Path, admission: Option<&AdmissionLink>) -> Result<Warm> 
     let (ours, theirs) = SeqPacket::pair()?;
     // init inherits the agent's working directory, the workspace: it names the
     // workspace mounts by it.
-    let spawned = Command::new(agent_exe)
-        .arg("container-init")
+    let mut command = Command::new(agent_exe);
+    command.arg("container-init");
+    if admission.is_some() {
+        command.arg("--admit");
+    }
+    let spawned = command
         .env_clear()
         .stdin(Stdio::from(theirs.into_fd()))
         .stdout(Stdio::null())

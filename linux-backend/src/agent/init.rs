@@ -62,7 +62,7 @@ struct CapData {
 }
 
 /// The mode's entry point; the exit status only matters to the agent's log.
-pub fn main() -> i32 {
+pub fn main(admit: bool) -> i32 {
     // Jobs run as the same uid: without the dumpable flag (exec set it again) they could
     // ptrace init or take its channel to the agent with pidfd_getfd.
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
@@ -78,7 +78,7 @@ pub fn main() -> i32 {
     };
     // A setup failure is reported (before `Ready`, so the agent never uses this
     // container); a failure later only ends init, which the agent sees as end of stream.
-    if let Err(e) = set_up(&chan) {
+    if let Err(e) = set_up(&chan, admit) {
         let message = e.to_string();
         let _ = proto::send(&chan, &FromInit::Failed { message }, &[]);
         return 1;
@@ -92,7 +92,7 @@ pub fn main() -> i32 {
     }
 }
 
-fn set_up(chan: &SeqPacket) -> Result<()> {
+fn set_up(chan: &SeqPacket, admit: bool) -> Result<()> {
     if nix::unistd::getpid() != Pid::from_raw(1) {
         return Err(Error::failed(
             "container-init must be the first process of a new pid namespace",
@@ -101,8 +101,11 @@ fn set_up(chan: &SeqPacket) -> Result<()> {
     make_mounts()?;
     // For the daemon's admission, before any job runs here: this init itself (its OOM
     // score) and the workspace mounts (the set-id guard).
-    let mut admission = vec![own_pidfd()?];
-    admission.extend(setid_guard::workspace_mounts()?);
+    let mut admission = Vec::new();
+    if admit {
+        admission.push(own_pidfd()?);
+        admission.extend(setid_guard::workspace_mounts()?);
+    }
     // From here init needs no privilege at all (forking jobs, `kill(-1)` on its own
     // uid's processes and reaping need none), so it drops everything once and its jobs
     // inherit that: a plain spawn (vfork-fast, no pre-exec code) then suffices per job.

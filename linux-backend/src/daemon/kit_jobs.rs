@@ -273,8 +273,10 @@ impl KitJob {
         drop(cmd);
         let mut child = spawned.map_err(|e| format!("starting kit {}: {e}", self.name))?;
         if let Some((admitter, ours, theirs)) = guard_link {
-            // Only the container holds its end now: a wrapper that dies reads as end of
-            // stream. The wrapper runs nothing before the answer.
+            // Only the container holds its end now (the wrapper, and bubblewrap's outer
+            // process, which keeps its copy: a wrapper that dies before asking costs
+            // the full timeout here, never an unguarded kit). The wrapper runs nothing
+            // before the answer.
             drop(theirs);
             let served = ours
                 .set_recv_timeout(Some(admission::REQUEST_TIMEOUT))

@@ -215,7 +215,7 @@ fn configure(home: Home, workspace: &Path) -> Result<Config> {
         config: backend,
         isolation,
     } = backend::assess(&home, user_home.as_ref(), Some(&workspace))?;
-    let confinement = Confinement::new(&backend, Limits::establish(&backend))?;
+    let confinement = Confinement::new(&backend, Limits::establish(&backend), &isolation)?;
     let setid_guard = match isolation {
         Isolation::Bwrap(_) => SetIdGuard::start(),
         Isolation::Unconfined => Err("jobs run unconfined".to_string()),

@@ -122,6 +122,19 @@ pub fn open(base: &Path, home: &Path, workspace: &Path) -> Result<ControlDir, Tx
 }
 
 impl ControlDir {
+    /// The same control directory as an earlier release laid it out (declarations
+    /// directly in `published/`, one namespace for every workspace), for revoking what
+    /// that release published.
+    pub fn legacy(&self) -> ControlDir {
+        ControlDir {
+            published: self
+                .published
+                .parent()
+                .map_or_else(|| self.published.clone(), Path::to_path_buf),
+            lock: self.lock.clone(),
+        }
+    }
+
     /// The declaration of tool `name` (a valid tool name: no `/`, not dots only).
     pub fn declaration_path(&self, name: &str) -> PathBuf {
         self.published.join(format!("{name}.json"))

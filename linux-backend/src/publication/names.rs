@@ -2,7 +2,7 @@
 //! Tool names, publisher keys and the stock SBX server of a tool are the declaration
 //! format's, from `marsh_publication`.
 
-pub use marsh_publication::{PublisherKey, valid_tool_name};
+pub use marsh_publication::{PublisherKey, legacy_server_for, valid_tool_name};
 
 /// Longest sandbox name (a stock SBX server name's bound too).
 const MAX_SANDBOX_NAME: usize = 64;

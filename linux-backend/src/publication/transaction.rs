@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use super::control::{self, ControlDir};
 use super::declaration::{self, Declaration, Identity};
-use super::names::{PublisherKey, default_description};
+use super::names::{PublisherKey, default_description, legacy_server_for};
 use super::sbx::{Registration, Sbx};
 use super::trust;
 use super::{Outcome, PublicationAnswer, PublicationRequest, PublicationResult, Settings, TxError};
@@ -193,10 +193,34 @@ impl Publisher {
         Ok(())
     }
 
+    /// Unpublishes this publisher's `name`; when it has none, a publication of `name`
+    /// made from this workspace and home by an earlier release (a declaration directly
+    /// in `published/`, server `marsh-pub-NAME`) is revoked the same way, so an upgrade
+    /// never leaves a publication that `unpublish` cannot reach.
     fn unpublish(&self, name: &str, known: &mut Known) -> Result<(), TxError> {
-        let server = self.key().server_for(name);
-        let sbx_path = self.trusted_sbx()?;
         let control = self.control()?;
+        let server = self.key().server_for(name);
+        match self.unpublish_in(&control, &server, name, known) {
+            Err(TxError::Rejected(reason)) if reason == nothing_published(name) => {
+                let legacy = control.legacy();
+                if legacy.declaration_path(name).exists() {
+                    self.unpublish_in(&legacy, &legacy_server_for(name), name, known)
+                } else {
+                    Err(TxError::Rejected(reason))
+                }
+            }
+            other => other,
+        }
+    }
+
+    fn unpublish_in(
+        &self,
+        control: &ControlDir,
+        server: &str,
+        name: &str,
+        known: &mut Known,
+    ) -> Result<(), TxError> {
+        let sbx_path = self.trusted_sbx()?;
         let path = control.declaration_path(name);
         // Marked before waiting for the lock: a load or republish holding it, or taking
         // it first, finds the marker when it looks and is refused, and a wait that
@@ -231,13 +255,13 @@ impl Publisher {
             cwd: Path::new("/"),
         };
         let registered = sbx
-            .inspect(&server)
+            .inspect(server)
             .map_err(|e| TxError::Rejected(format!("cannot query sbx: {e}")))?;
         // Only this publication's registration is removed; one that another party put
         // under the server name stays as it is.
         let ours = registered.as_ref().is_some_and(|r| self.is_ours(r, &path));
         if declared.is_none() && !ours && !control.revocation_pending(name)? {
-            return Err(TxError::Rejected(format!("nothing is published as {name}")));
+            return Err(TxError::Rejected(nothing_published(name)));
         }
 
         control.mark_revocation(name)?;
@@ -247,7 +271,7 @@ impl Publisher {
             ))
         };
         if ours {
-            sbx.remove(&server)
+            sbx.remove(server)
                 .map_err(|e| uncertain("removing the registration", &e))?;
         }
         control
@@ -530,4 +554,8 @@ impl Declared<'_> {
             home: utf8(&publisher.home)?,
         })
     }
+}
+
+fn nothing_published(name: &str) -> String {
+    format!("nothing is published as {name}")
 }

@@ -14,8 +14,11 @@
 //!   file.
 //! - Allowed files are bound by inode at sandbox start: a file replaced later keeps its
 //!   old contents in a running shell (`scope_stop` and the next start show the new
-//!   one). Allowed directories hold public data by purpose (certificates, alternatives,
-//!   fonts, package configuration readable by all).
+//!   one). Allowed directories are bound whole and live: they hold public data by
+//!   purpose (certificates, alternatives, fonts, package configuration readable by
+//!   all), and what others could not read in them at sandbox start is covered, but a
+//!   private file an administrator puts in one later is not. That is the one limit of
+//!   this module; the names that hold secrets by purpose are never on the list.
 //!
 //! Rejected alternatives: covering each secret with an empty file (the earlier
 //! design): a cover sits on a dentry, and a rename puts the new file beside it;
@@ -194,6 +197,15 @@ impl EtcView {
         let Ok(meta) = fs::metadata(&host) else {
             return;
         };
+        // Readable by others means reachable by them too: a link that leads into a
+        // private directory (`/root/...`) shows nothing.
+        let reachable = host
+            .ancestors()
+            .skip(1)
+            .all(|dir| fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0));
+        if !reachable {
+            return;
+        }
         let mode = meta.permissions().mode();
         if meta.is_file() && mode & 0o004 != 0 {
             self.mounts.push(EtcMount::Bind { host, at });
@@ -297,6 +309,11 @@ mod tests {
         symlink("../usr/lib/os-release", etc.join("os-release")).unwrap();
         fs::write(etc.join("real-resolv"), "nameserver 10.0.0.1").unwrap();
         symlink(etc.join("real-resolv"), etc.join("resolv.conf")).unwrap();
+        // A link into a directory others cannot enter shows nothing.
+        fs::create_dir(etc.join("private")).unwrap();
+        fs::write(etc.join("private/hosts"), "x").unwrap();
+        mode(&etc.join("private"), 0o700);
+        symlink(etc.join("private/hosts"), etc.join("hosts")).unwrap();
         // An allowed name that is not public is not shown.
         fs::write(etc.join("gitconfig"), "x").unwrap();
         mode(&etc.join("gitconfig"), 0o600);

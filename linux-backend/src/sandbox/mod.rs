@@ -139,17 +139,44 @@ pub struct Confinement {
     pub limits: Limits,
     seccomp: SeccompFd,
     pub etc: EtcView,
+    /// Whether this bubblewrap takes `--size` (0.5 and later); without it tmpfs are
+    /// unsized (the daemon logs it at boot).
+    sized_tmpfs: bool,
 }
 
 impl Confinement {
-    pub fn new(config: &BackendConfig, limits: Limits) -> Result<Confinement> {
+    pub fn new(
+        config: &BackendConfig,
+        limits: Limits,
+        isolation: &Isolation,
+    ) -> Result<Confinement> {
+        let sized_tmpfs = match isolation {
+            Isolation::Bwrap(bwrap) => takes_size(bwrap),
+            Isolation::Unconfined => false,
+        };
         Ok(Confinement {
             network: config.network,
             limits,
             seccomp: SeccompFd::new()?,
             etc: EtcView::scan(Path::new("/etc")),
+            sized_tmpfs,
         })
     }
+}
+
+/// Whether `bwrap --help` lists `--size`.
+fn takes_size(bwrap: &Path) -> bool {
+    let listed = Command::new(bwrap)
+        .arg("--help")
+        .env_clear()
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("--size"));
+    if !listed {
+        crate::util::log!(
+            "marshd: this bubblewrap has no --size (0.5 or later has): tmpfs in sandboxes are unsized"
+        );
+    }
+    listed
 }
 
 /// Which kind of sandbox to build.
@@ -305,38 +332,31 @@ fn bwrap_args(
     // together stay below its limit: filling them ends in ENOSPC for the writer, never
     // in an out-of-memory kill of whatever else runs in the scope. `/dev` itself
     // (bubblewrap's tmpfs of device nodes) is made read-only once `/dev/shm` is in.
-    let sizes = TmpfsSizes::for_limit(confinement.limits.report().memory_max_bytes);
+    let sizes = TmpfsSizes::for_sandbox(confinement.limits.report(), layout.role);
     let (tmp, run, shm) = (
         sizes.tmp.to_string(),
         sizes.run.to_string(),
         sizes.shm.to_string(),
     );
-    push(&[
-        "--dev".as_ref(),
-        "/dev".as_ref(),
-        "--size".as_ref(),
-        shm.as_ref(),
-        "--tmpfs".as_ref(),
-        "/dev/shm".as_ref(),
-        "--remount-ro".as_ref(),
-        "/dev".as_ref(),
-        "--size".as_ref(),
-        tmp.as_ref(),
-        "--tmpfs".as_ref(),
-        "/tmp".as_ref(),
-        "--size".as_ref(),
-        run.as_ref(),
-        "--tmpfs".as_ref(),
-        "/run".as_ref(),
-    ]);
-    if let Some(home) = layout.job_home.filter(|h| home_is_mountable(h)) {
-        let size = sizes.home.to_string();
-        push(&[
-            "--size".as_ref(),
-            size.as_ref(),
-            "--tmpfs".as_ref(),
-            home.as_os_str(),
-        ]);
+    let home = layout
+        .job_home
+        .filter(|h| home_is_mountable(h))
+        .map(|h| (sizes.home.to_string(), h.as_os_str()));
+    push(&["--dev".as_ref(), "/dev".as_ref()]);
+    let mounts = [
+        Some((shm, OsStr::new("/dev/shm"))),
+        Some((tmp, OsStr::new("/tmp"))),
+        Some((run, OsStr::new("/run"))),
+        home,
+    ];
+    for (size, at) in mounts.into_iter().flatten() {
+        if confinement.sized_tmpfs {
+            push(&["--size".as_ref(), size.as_ref()]);
+        }
+        push(&["--tmpfs".as_ref(), at]);
+        if at == "/dev/shm" {
+            push(&["--remount-ro".as_ref(), "/dev".as_ref()]);
+        }
     }
     let ws = layout.workspace.as_os_str();
     push(&["--bind".as_ref(), ws, ws]);
@@ -355,10 +375,12 @@ fn bwrap_args(
     args
 }
 
-/// The size of each tmpfs of a sandbox, in bytes, for a scope memory limit: `/tmp` a
-/// half, the job home a quarter, `/dev/shm` an eighth, `/run` a sixty-fourth. Together
-/// 57/64 of the limit, so the scope's processes keep at least 7/64 (448 MiB of the
-/// default 4 GiB) however full the files are.
+/// The size of each tmpfs of a sandbox, in bytes. The budget is the scope's memory
+/// limit, or the ceiling all scopes share when that is lower. The project shell gets
+/// `/tmp` a quarter of it, the job home an eighth, `/dev/shm` a sixteenth, `/run` a
+/// 128th (57/128 in all); a kit container an eighth of each (57/1024), so the shell and
+/// four kit containers at once (the operation cap) fill under 70% of the budget and
+/// the scope's processes keep the rest however full the files are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TmpfsSizes {
     pub tmp: u64,
@@ -368,14 +390,21 @@ pub struct TmpfsSizes {
 }
 
 impl TmpfsSizes {
-    pub fn for_limit(memory_max_bytes: u64) -> TmpfsSizes {
+    pub fn for_sandbox(limits: &crate::limits::LimitsReport, role: Role) -> TmpfsSizes {
+        let budget = limits
+            .ceiling_bytes
+            .map_or(limits.memory_max_bytes, |c| c.min(limits.memory_max_bytes));
+        let share = match role {
+            Role::Shell => 1,
+            Role::Kit => 8,
+        };
         // Page multiples: the kernel rounds a tmpfs size up to whole pages anyway.
-        let part = |divisor: u64| (memory_max_bytes / divisor) & !4095;
+        let part = |divisor: u64| (budget / (divisor * share)) & !4095;
         TmpfsSizes {
-            tmp: part(2),
-            home: part(4),
-            shm: part(8),
-            run: part(64),
+            tmp: part(4),
+            home: part(8),
+            shm: part(16),
+            run: part(128),
         }
     }
 }
@@ -521,11 +550,23 @@ mod tests {
     #[test]
     fn tmpfs_sizes_stay_below_the_memory_limit() {
         let limit = 4096u64 << 20;
-        let sizes = TmpfsSizes::for_limit(limit);
-        assert_eq!(sizes.tmp, 2048 << 20);
-        assert!(sizes.tmp + sizes.home + sizes.shm + sizes.run < limit);
-        let odd = TmpfsSizes::for_limit(1_000_001);
-        assert_eq!(odd.tmp % 4096, 0);
+        let mut report = crate::limits::LimitsReport {
+            mechanism: crate::limits::Mechanism::Cgroup2,
+            pids_max: 1,
+            memory_max_bytes: limit,
+            enforced: true,
+            ceiling_bytes: None,
+        };
+        let total = |s: TmpfsSizes| s.tmp + s.home + s.shm + s.run;
+        let shell = TmpfsSizes::for_sandbox(&report, Role::Shell);
+        let kit = TmpfsSizes::for_sandbox(&report, Role::Kit);
+        assert_eq!(shell.tmp, 1024 << 20);
+        assert!(total(shell) + 4 * total(kit) < limit * 7 / 10);
+        // A lower shared ceiling is the budget.
+        report.ceiling_bytes = Some(limit / 2);
+        assert_eq!(TmpfsSizes::for_sandbox(&report, Role::Shell).tmp, 512 << 20);
+        report.memory_max_bytes = 1_000_001;
+        assert_eq!(TmpfsSizes::for_sandbox(&report, Role::Shell).tmp % 4096, 0);
     }
 
     #[test]
@@ -541,7 +582,8 @@ mod tests {
     #[test]
     fn layout_binds_only_the_workspace_writable() {
         let config = BackendConfig::default();
-        let confinement = Confinement::new(&config, Limits::rlimits(&config)).unwrap();
+        let confinement =
+            Confinement::new(&config, Limits::rlimits(&config), &Isolation::Unconfined).unwrap();
         let layout = Layout {
             role: Role::Kit,
             workspace: Path::new("/w"),

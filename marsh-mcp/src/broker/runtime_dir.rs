@@ -6,7 +6,9 @@
 //! 1. `$XDG_RUNTIME_DIR/marsh-mcp-<euid>-<16 hex of sha256(root)>/`: the login's own
 //!    private directory, when set, absolute and short enough;
 //! 2. `${XDG_STATE_HOME:-$HOME/.local/state}/marsh-mcp-run/<16 hex>/`: inside the
-//!    user's own home, when the socket path fits;
+//!    user's own home, when the socket path fits and every existing directory on the
+//!    way belongs to the user or root and no one else can write it (a sticky directory
+//!    such as `/tmp` excepted): a `HOME` of `/tmp` does not make a shared path private;
 //! 3. `/tmp/marsh-mcp-<euid>-<16 hex>/`: only when neither fits (a home deeper than
 //!    about 50 bytes and no runtime directory). That path is predictable in a shared
 //!    directory: another user can create it first, and then it fails verification and
@@ -70,7 +72,9 @@ impl RuntimeDir {
                 dir: state.join("marsh-mcp-run").join(short),
                 base: Base::StateHome,
             };
-            if candidate.socket().as_os_str().len() <= SOCKET_PATH_MAX {
+            if candidate.socket().as_os_str().len() <= SOCKET_PATH_MAX
+                && ancestors_are_private(&candidate.dir)
+            {
                 out.push(candidate);
             }
         }
@@ -144,6 +148,24 @@ impl RuntimeDir {
     }
 }
 
+/// Whether every existing directory above `dir` belongs to this user or root and is
+/// writable by no one else, or is sticky (where no one can move another's entry).
+fn ancestors_are_private(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let euid = nix::unistd::geteuid().as_raw();
+    dir.ancestors().skip(1).all(|ancestor| {
+        match std::fs::metadata(ancestor) {
+            Ok(meta) => {
+                let owner_ok = meta.uid() == euid || meta.uid() == 0;
+                let sticky = meta.mode() & 0o1000 != 0;
+                meta.is_dir() && owner_ok && (meta.mode() & 0o022 == 0 || sticky)
+            }
+            // Created by us, owner-only, when the directory is prepared.
+            Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -188,6 +210,22 @@ mod tests {
         );
         assert_eq!(xdg.base(), Base::XdgRuntime);
         assert!(xdg.squat_advice().is_none());
+    }
+
+    #[test]
+    fn a_home_below_another_users_directory_is_not_used() {
+        let tmp = tempfile::tempdir().unwrap();
+        let shared = tmp.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let home = shared.join("home");
+        let home = home.to_str().unwrap();
+        let dir = RuntimeDir::preferred(Path::new("/r"), env(&[("HOME", home)]));
+        assert_eq!(dir.base(), Base::SharedTmp, "{}", dir.path().display());
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let dir = RuntimeDir::preferred(Path::new("/r"), env(&[("HOME", home)]));
+        assert_eq!(dir.base(), Base::StateHome);
     }
 
     #[test]

@@ -251,6 +251,14 @@ fn a_job_cannot_rewrite_a_set_id_file_the_host_put_in_the_workspace() {
         "a job's open of a set-id file is refused: {routes}"
     );
     intact("after append, dd, cp and truncate");
+
+    // Every other open is answered, a FIFO's too (the daemon must not block opening
+    // its end of the event).
+    let fifo = s.ok(
+        "shell_run",
+        json!({"command": "mkfifo pipe && (echo through-fifo > pipe &) && cat pipe", "timeout_ms": 20000}),
+    );
+    assert_eq!(stdout(&fifo), "through-fifo\n", "{fifo}");
     let detail = isolation_detail(&mut s);
     assert!(detail.contains("set-id guard on"), "{detail}");
 }
@@ -276,7 +284,7 @@ fn state_of(s: &mut Server, id: &str) -> String {
         .to_string()
 }
 
-/// In a scope limited to 256 MiB, one job fills `/tmp` with 400 MB and another
+/// In a scope limited to 256 MiB, one job fills `/tmp` (64 MiB) with 400 MB and another
 /// allocates 400 MiB, while a third (another operation, as another session's would be)
 /// sleeps: the filler gets ENOSPC, the allocator is the one the OOM killer takes, and
 /// the sleeper, the shell and its agent live on. A job cannot lower its OOM score
@@ -307,7 +315,8 @@ fn out_of_memory_in_a_scope_kills_the_job_not_the_shell() {
             .contains("No space left on device"),
         "{fill}"
     );
-    assert_eq!(stdout(&fill), "rc=1\n128\n", "{fill}");
+    // `/tmp` is a quarter of the scope's 256 MiB.
+    assert_eq!(stdout(&fill), "rc=1\n64\n", "{fill}");
     assert_eq!(state_of(&mut s, &sleeper), "running");
 
     let hog = s.ok(

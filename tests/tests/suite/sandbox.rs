@@ -386,11 +386,19 @@ fn a_reused_container_holds_one_command_at_a_time() {
         .flat_map(|m| host_processes_with(m))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+    // A root daemon admits each container (`--admit`: OOM score, set-id guard).
+    let init = if nix::unistd::geteuid().is_root() {
+        "/run/marsh/agent container-init --admit"
+    } else {
+        "/run/marsh/agent container-init"
+    };
     for _ in 0..3 {
         let seen = run(&mut s, "ps -e -o args= | grep -v '^ps ' | sort");
         assert_eq!(
             stdout(&seen),
-            "/bin/sh -c ps -e -o args= | grep -v '^ps ' | sort\n/run/marsh/agent container-init\ngrep -v ^ps \nsort\n",
+            format!(
+                "/bin/sh -c ps -e -o args= | grep -v '^ps ' | sort\n{init}\ngrep -v ^ps \nsort\n"
+            ),
             "{}",
             seen["stderr_text"]
         );
