@@ -156,10 +156,19 @@ for name in sys.argv[1:]:
     print(name, "rewritten")
 "#;
 
+/// A tool of libcap2-bin, which lives in an sbin directory that `PATH` may lack.
+fn sbin(name: &str) -> std::path::PathBuf {
+    ["/usr/sbin", "/sbin", "/usr/bin"]
+        .iter()
+        .map(|dir| Path::new(dir).join(name))
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| name.into())
+}
+
 /// The contents and set-id state of a workspace file, as the host sees them.
 fn host_view(path: &Path) -> (Vec<u8>, u32, bool) {
     let meta = fs::metadata(path).unwrap();
-    let caps = Command::new("getcap").arg(path).output().unwrap();
+    let caps = Command::new(sbin("getcap")).arg(path).output().unwrap();
     (
         fs::read(path).unwrap(),
         meta.permissions().mode() & 0o7777,
@@ -195,7 +204,7 @@ fn a_job_cannot_rewrite_a_set_id_file_the_host_put_in_the_workspace() {
         place("kit-setuid-helper", 0o4755),
     ];
     let plain = place("plain-helper", 0o755);
-    let setcap = Command::new("setcap")
+    let setcap = Command::new(sbin("setcap"))
         .args(["cap_setuid+ep"])
         .arg(&files[2])
         .status()
