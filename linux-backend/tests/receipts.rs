@@ -52,7 +52,15 @@ fn receipts_are_whole_or_absent_after_kill_9_of_the_daemon() {
             })
             .collect();
         std::thread::sleep(Duration::from_millis(150 + 37 * round));
-        if let Some(pid) = env.daemon_pid() {
+        // The clients boot a daemon again after each kill; how long a boot takes is not
+        // what this test is about, so it waits (bounded) for one to be up.
+        let up_by = Instant::now() + Duration::from_secs(5);
+        let mut daemon = env.daemon_pid();
+        while daemon.is_none() && Instant::now() < up_by {
+            std::thread::sleep(Duration::from_millis(10));
+            daemon = env.daemon_pid();
+        }
+        if let Some(pid) = daemon {
             kill(Pid::from_raw(pid as i32), Signal::SIGKILL).unwrap();
             wait_gone(pid);
             killed += 1;

@@ -159,12 +159,11 @@ pub fn ensure_daemon(home: &Home, workspace: &Path, env: &[(OsString, OsString)]
         return Ok(());
     }
     inject::check(home, Verb::Boot)?;
-    if daemon_lock_held(home) {
-        // A daemon process exists but does not answer (yet): give it the boot window.
-        return wait_for_answer(home, None);
+    if daemon_lock_held(home) && wait_for_booting(home)? {
+        return Ok(());
     }
     let child = spawn_daemon(home, workspace, env)?;
-    wait_for_answer(home, Some(child))
+    wait_for_answer(home, child)
 }
 
 fn spawn_daemon(
@@ -250,16 +249,39 @@ fn marshd_program(env: &[(OsString, OsString)]) -> Result<(PathBuf, PathBuf)> {
 }
 
 /// Polls until the daemon answers; fails early when the spawned daemon exits.
-fn wait_for_answer(home: &Home, mut child: Option<std::process::Child>) -> Result<()> {
+/// A daemon process exists but does not answer (yet): gives it the boot window. `false`
+/// when it went away meanwhile (killed while booting): the caller, holding the boot
+/// lock, boots one itself instead of waiting out the window for a process that is gone.
+fn wait_for_booting(home: &Home) -> Result<bool> {
+    let deadline = Instant::now() + BOOT_TIMEOUT;
+    let mut pause = Duration::from_millis(2);
+    loop {
+        if ping(home).is_some() {
+            return Ok(true);
+        }
+        if !daemon_lock_held(home) {
+            return Ok(ping(home).is_some());
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::failed(format!(
+                "the daemon did not answer within {} s (see {})",
+                BOOT_TIMEOUT.as_secs(),
+                home.log_path().display()
+            )));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
+    }
+}
+
+fn wait_for_answer(home: &Home, mut child: std::process::Child) -> Result<()> {
     let deadline = Instant::now() + BOOT_TIMEOUT;
     let mut pause = Duration::from_millis(2);
     loop {
         if ping(home).is_some() {
             return Ok(());
         }
-        if let Some(child) = child.as_mut()
-            && let Ok(Some(status)) = child.try_wait()
-        {
+        if let Ok(Some(status)) = child.try_wait() {
             let reason =
                 last_daemon_error(home).unwrap_or_else(|| format!("marshd exited with {status}"));
             return Err(Error::failed(format!(
@@ -267,10 +289,8 @@ fn wait_for_answer(home: &Home, mut child: Option<std::process::Child>) -> Resul
             )));
         }
         if Instant::now() >= deadline {
-            if let Some(mut child) = child {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+            let _ = child.kill();
+            let _ = child.wait();
             return Err(Error::failed(format!(
                 "the daemon did not answer within {} s (see {})",
                 BOOT_TIMEOUT.as_secs(),
