@@ -253,44 +253,41 @@ fn marshd_program(env: &[(OsString, OsString)]) -> Result<(PathBuf, PathBuf)> {
 /// when it went away meanwhile (killed while booting): the caller, holding the boot
 /// lock, boots one itself instead of waiting out the window for a process that is gone.
 fn wait_for_booting(home: &Home) -> Result<bool> {
+    poll_boot(home, || {
+        (!daemon_lock_held(home)).then(|| Ok(ping(home).is_some()))
+    })
+}
+
+/// Waits for the daemon this marsh spawned; its early exit is the boot's failure.
+fn wait_for_answer(home: &Home, mut child: std::process::Child) -> Result<()> {
+    let answered = poll_boot(home, || {
+        let status = child.try_wait().ok().flatten()?;
+        let reason =
+            last_daemon_error(home).unwrap_or_else(|| format!("marshd exited with {status}"));
+        Some(Err(Error::failed(format!(
+            "the daemon failed to start: {reason}"
+        ))))
+    });
+    if answered.is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    answered.map(drop)
+}
+
+/// Polls until the daemon answers (`true`), `settled` has an outcome (the booting
+/// process is gone), or the boot window ends (an error naming the log).
+fn poll_boot(home: &Home, mut settled: impl FnMut() -> Option<Result<bool>>) -> Result<bool> {
     let deadline = Instant::now() + BOOT_TIMEOUT;
     let mut pause = Duration::from_millis(2);
     loop {
         if ping(home).is_some() {
             return Ok(true);
         }
-        if !daemon_lock_held(home) {
-            return Ok(ping(home).is_some());
+        if let Some(outcome) = settled() {
+            return outcome;
         }
         if Instant::now() >= deadline {
-            return Err(Error::failed(format!(
-                "the daemon did not answer within {} s (see {})",
-                BOOT_TIMEOUT.as_secs(),
-                home.log_path().display()
-            )));
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(50));
-    }
-}
-
-fn wait_for_answer(home: &Home, mut child: std::process::Child) -> Result<()> {
-    let deadline = Instant::now() + BOOT_TIMEOUT;
-    let mut pause = Duration::from_millis(2);
-    loop {
-        if ping(home).is_some() {
-            return Ok(());
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            let reason =
-                last_daemon_error(home).unwrap_or_else(|| format!("marshd exited with {status}"));
-            return Err(Error::failed(format!(
-                "the daemon failed to start: {reason}"
-            )));
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
             return Err(Error::failed(format!(
                 "the daemon did not answer within {} s (see {})",
                 BOOT_TIMEOUT.as_secs(),

@@ -8,6 +8,8 @@ use std::path::Path;
 use std::process::Command;
 
 use marsh_tests::{Sandbox, Server};
+
+use super::sandbox::server_with;
 use serde_json::{Value, json};
 
 fn run(s: &mut Server, command: &str) -> Value {
@@ -277,15 +279,6 @@ fn libc_cap_sys_resource() -> u32 {
     24
 }
 
-/// `serve --home` whose home's `backend.json` is `settings`.
-fn serve_with_settings(sb: &Sandbox, settings: &str) -> Server {
-    let home = sb.home();
-    fs::create_dir_all(&home).unwrap();
-    fs::set_permissions(&home, fs::Permissions::from_mode(0o700)).unwrap();
-    fs::write(home.join("backend.json"), settings).unwrap();
-    Server::start(sb, &sb.serve_home_args(&[]), &[])
-}
-
 fn state_of(s: &mut Server, id: &str) -> String {
     s.ok("operation_get", json!({ "operation_id": id }))["state"]
         .as_str()
@@ -306,7 +299,7 @@ fn out_of_memory_in_a_scope_kills_the_job_not_the_shell() {
         return;
     }
     let sb = Sandbox::new();
-    let mut s = serve_with_settings(&sb, r#"{"memory_max_mib": 256}"#);
+    let mut s = server_with(&sb, r#"{"memory_max_mib": 256}"#);
     let sleeper = s.ok(
         "shell_run",
         json!({"command": "sleep 120", "wait_ms": 0, "timeout_ms": 300000}),

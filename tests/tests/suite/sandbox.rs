@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 const GONE_BOUND: Duration = Duration::from_secs(5);
 
 /// `serve --home` with `settings` written to the home's `backend.json` first.
-fn server_with(sb: &Sandbox, settings: &str) -> Server {
+pub(crate) fn server_with(sb: &Sandbox, settings: &str) -> Server {
     let home = sb.home();
     fs::create_dir_all(&home).unwrap();
     fs::set_permissions(&home, fs::Permissions::from_mode(0o700)).unwrap();
