@@ -456,7 +456,12 @@ impl Server {
 
     /// Spawns and completes the `initialize` handshake.
     pub fn start(sandbox: &Sandbox, args: &[String], env: &[(&str, &str)]) -> Self {
-        let mut server = Self::spawn(sandbox.marsh_mcp(args, env));
+        Self::spawn_initialized(sandbox.marsh_mcp(args, env))
+    }
+
+    /// Spawns `cmd` (a server however it is wrapped) and completes the handshake.
+    pub fn spawn_initialized(cmd: Command) -> Self {
+        let mut server = Self::spawn(cmd);
         let init = server.initialize();
         assert!(
             init.get("result").is_some(),

@@ -30,7 +30,7 @@ fn refused_with(sb: &Sandbox, args: &[String], needle: &str) -> String {
     stderr
 }
 
-fn doctor_check(s: &mut Server, name: &str) -> Value {
+pub(crate) fn doctor_check(s: &mut Server, name: &str) -> Value {
     let doctor = s.ok("doctor", json!({}));
     doctor["checks"]
         .as_array()

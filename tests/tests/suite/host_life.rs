@@ -9,6 +9,7 @@ use std::process::Command;
 
 use marsh_tests::{Sandbox, Server};
 
+use super::hardening::doctor_check;
 use super::sandbox::server_with;
 use serde_json::{Value, json};
 
@@ -22,14 +23,7 @@ fn stdout(data: &Value) -> &str {
 
 /// The detail of `doctor`'s `isolation` check, which must pass.
 fn isolation_detail(s: &mut Server) -> String {
-    let doctor = s.ok("doctor", json!({}));
-    let isolation = doctor["checks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "isolation")
-        .unwrap()
-        .clone();
+    let isolation = doctor_check(s, "isolation");
     assert_eq!(isolation["ok"], true, "{isolation}");
     isolation["detail"].as_str().unwrap().to_string()
 }
@@ -56,14 +50,7 @@ fn serve_with_etc(sb: &Sandbox, etc: &Path) -> Server {
         }
     }
     cmd.current_dir(inner.get_current_dir().unwrap());
-    let mut server = Server::spawn(cmd);
-    let init = server.initialize();
-    assert!(
-        init.get("result").is_some(),
-        "initialize failed: {init}; stderr: {}",
-        server.stderr()
-    );
-    server
+    Server::spawn_initialized(cmd)
 }
 
 /// A copy of `/etc` in which `shadow` holds `secret` (mode 0640, as Debian's), made
