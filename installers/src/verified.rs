@@ -42,7 +42,14 @@ fn conflict<S: ClientStore>(name: &str, difference: String) -> InstallError {
 
 /// [`install_entry`] for a workspace registration.
 pub fn install<S: ClientWriter>(store: &S, reg: &Registration) -> Result<String, InstallError> {
-    install_entry(store, &reg.name, &format!("private root {}", reg.root))
+    install_entry(
+        store,
+        &reg.name,
+        &format!(
+            "private root {root}; settings for every scope (network, toolchains): {root}/backend.json, applied at a scope's next boot, see docs/agent-view.md",
+            root = reg.root
+        ),
+    )
 }
 
 /// Installs the entry `name`; `detail` ends the success message, in parentheses.

@@ -6,11 +6,12 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::BackendConfig;
+use crate::config::{self, BackendConfig};
 use crate::error::{Error, Result};
-use crate::home::Home;
+use crate::home::{self, Home};
+use crate::job_shell::JobShell;
 use crate::limits::{self, LimitsReport};
-use crate::sandbox::{BWRAP_FIX, EtcView, Isolation};
+use crate::sandbox::{BWRAP_FIX, EtcView, Exposed, Isolation, Keep};
 use crate::setid_guard::SetIdGuard;
 
 /// `status.backend`. Invariant: `healthy` ⇔ `problem` is null; text never holds a host
@@ -33,12 +34,27 @@ pub struct BackendReport {
     /// (the set-id guard), else `"off: <why>"`; null when no job can run.
     #[serde(default)]
     pub setid_guard: Option<String>,
+    /// The program that runs job commands: `"bash"` or `"sh"`.
+    #[serde(default)]
+    pub shell: Option<String>,
+    /// The `expose` setting as written (`~/`-relative or absolute): host directories
+    /// jobs see read-only at their own paths; null when the settings cannot be read.
+    #[serde(default)]
+    pub exposed: Option<Vec<String>>,
+    /// The `path` setting as written: directories first on the job's `PATH`.
+    #[serde(default)]
+    pub path: Option<Vec<String>>,
+    /// True when the settings files now differ from what the running daemon put in
+    /// force: they apply at its next boot (after a stop), never to the running shell.
+    #[serde(default)]
+    pub settings_changed: bool,
 }
 
 /// The settings and isolation a daemon booted now would use.
 pub struct Assessment {
     pub config: BackendConfig,
     pub isolation: Isolation,
+    pub exposed: Exposed,
 }
 
 /// Reads the settings and finds the isolation; every failure is [`Error::Backend`].
@@ -53,7 +69,25 @@ pub fn assess(
         config.ensure_outside(workspace)?;
     }
     let isolation = Isolation::detect(&config)?;
-    Ok(Assessment { config, isolation })
+    let user_home = user_home.map(Path::new).filter(|h| h.is_absolute());
+    let mut homes: Vec<_> = user_home.map(Path::to_path_buf).into_iter().collect();
+    homes.extend(home::passwd_home().ok());
+    for found in homes.clone() {
+        homes.extend(std::fs::canonicalize(found).ok());
+    }
+    let mut marsh = vec![home.root()];
+    marsh.extend(config::managed_root(home));
+    let keep = Keep {
+        homes,
+        marsh,
+        workspace,
+    };
+    let exposed = Exposed::resolve(&config, user_home, &keep)?;
+    Ok(Assessment {
+        config,
+        isolation,
+        exposed,
+    })
 }
 
 impl BackendReport {
@@ -64,6 +98,7 @@ impl BackendReport {
         limits: &LimitsReport,
         etc: &EtcView,
         setid_guard: std::result::Result<(), &str>,
+        settings_changed: bool,
     ) -> Self {
         Self {
             healthy: true,
@@ -80,6 +115,10 @@ impl BackendReport {
                 Ok(()) => "on".to_string(),
                 Err(why) => format!("off: {why}"),
             }),
+            shell: Some(JobShell::detect().label().into()),
+            exposed: Some(config.expose.clone()),
+            path: Some(config.path.clone()),
+            settings_changed,
         }
     }
 
@@ -97,6 +136,7 @@ impl BackendReport {
                     &limits::probe(&found.config),
                     &EtcView::scan(Path::new("/etc")),
                     guard.as_ref().map(|_| ()).map_err(String::as_str),
+                    false,
                 )
             }
             Err(e) => Self::failing(&e, BackendConfig::load(home, user_home).ok()),
@@ -111,7 +151,7 @@ impl BackendReport {
         let fix = if problem.contains("bubblewrap") {
             BWRAP_FIX.to_string()
         } else {
-            "correct or remove backend.json in the marsh home (see docs/linux-backend.md)"
+            "a person corrects the backend.json that says so (the scope's home, its scope root, or ~/.config/marsh-shim), then stops and resets the scope (see docs/agent-view.md)"
                 .to_string()
         };
         Self {
@@ -123,6 +163,10 @@ impl BackendReport {
             limits: config.as_ref().map(limits::probe),
             etc_shown: None,
             setid_guard: None,
+            shell: Some(JobShell::detect().label().into()),
+            exposed: config.as_ref().map(|c| c.expose.clone()),
+            path: config.as_ref().map(|c| c.path.clone()),
+            settings_changed: false,
         }
     }
 }

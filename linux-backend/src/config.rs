@@ -1,10 +1,17 @@
 //! Backend settings: the one place the stand-in takes its knobs from.
 //!
-//! marsh-mcp clears its children's environment, so settings live in files: the home's
-//! `backend.json`, else (field by field) the per-user default
-//! `$HOME/.config/marsh-shim/backend.json`, else the built-in defaults below. Both files
-//! are optional; a file that exists must be a JSON object of the known fields, or every
-//! boot and every `status` reports it as the backend's problem (never a silent default).
+//! marsh-mcp clears its children's environment, so settings live in files, read field
+//! by field, the first file naming a field winning: the home's `backend.json`; when
+//! the home is a scope of a managed root (its parent holds the scope registry
+//! `scopes.json`), the root's `backend.json`, which so applies to every scope,
+//! new ones included; the per-user default `$HOME/.config/marsh-shim/backend.json`;
+//! the built-in defaults below. Every file is optional; a file that exists must be a
+//! JSON object of the known fields, or every boot and every `status` reports it as the
+//! backend's problem (never a silent default).
+//!
+//! No file is reachable from a job: homes and roots are never mounted into a sandbox
+//! (the guest `HOME` is a subdirectory of the home, [`crate::home::Home::guest_home`]),
+//! and a file inside the workspace is refused ([`BackendConfig::ensure_outside`]).
 //!
 //! Rejected alternative: environment variables (`MARSH_SHIM_IDLE_SECS`, ...). They never
 //! reached a daemon booted through marsh-mcp, so a setting appeared to work in a shell and
@@ -25,6 +32,12 @@ use crate::util;
 pub const FILE_NAME: &str = "backend.json";
 /// A settings file larger than this is refused.
 const MAX_FILE_BYTES: u64 = 64 * 1024;
+/// The file in a home's parent that makes the parent a managed scope root.
+const REGISTRY_FILE_NAME: &str = "scopes.json";
+/// Bound on the entries of `expose` and of `path`.
+pub const MAX_LIST_ENTRIES: usize = 32;
+/// Bound on one entry of `expose` or `path`, in bytes.
+const MAX_ENTRY_BYTES: usize = 1024;
 
 pub const DEFAULT_IDLE_SECS: u64 = 900;
 pub const DEFAULT_PIDS_MAX: u64 = 2048;
@@ -62,6 +75,8 @@ struct SettingsFile {
     memory_max_mib: Option<u64>,
     unconfined: Option<bool>,
     bwrap: Option<PathBuf>,
+    expose: Option<Vec<String>>,
+    path: Option<Vec<String>>,
 }
 
 /// The settings in force. Invariant: every value is within its documented range.
@@ -78,6 +93,14 @@ pub struct BackendConfig {
     pub unconfined: bool,
     /// bubblewrap at this absolute path instead of the standard locations.
     pub bwrap: Option<PathBuf>,
+    /// Host directories jobs of the project shell see read-only at their own paths
+    /// (toolchains), as written: absolute or `~/`-relative, normal, at most
+    /// [`MAX_LIST_ENTRIES`]. What may be exposed is decided at boot
+    /// (`sandbox::Exposed`).
+    pub expose: Vec<String>,
+    /// Directories put first on the job's `PATH` (after the shell's own), as written;
+    /// same form and bound as `expose`.
+    pub path: Vec<String>,
     /// The settings files that exist, canonical (checked against the workspace).
     pub sources: Vec<PathBuf>,
 }
@@ -91,14 +114,17 @@ impl Default for BackendConfig {
             memory_max_mib: DEFAULT_MEMORY_MAX_MIB,
             unconfined: false,
             bwrap: None,
+            expose: Vec::new(),
+            path: Vec::new(),
             sources: Vec::new(),
         }
     }
 }
 
 impl BackendConfig {
-    /// The settings for `home`: its file over the per-user default over the built-ins.
-    /// `user_home` is the caller's `HOME` (absolute), when it has one.
+    /// The settings for `home`: its file over its managed root's over the per-user
+    /// default over the built-ins. `user_home` is the caller's `HOME` (absolute), when
+    /// it has one.
     pub fn load(home: &Home, user_home: Option<&OsString>) -> Result<Self> {
         let user = user_home
             .map(PathBuf::from)
@@ -110,7 +136,11 @@ impl BackendConfig {
             None => SettingsFile::default(),
         };
         let own = read(&home.root().join(FILE_NAME), &mut sources)?;
-        let mut config = Self::merge(&[own, user])?;
+        let root = match managed_root(home) {
+            Some(root) => read(&root.join(FILE_NAME), &mut sources)?,
+            None => SettingsFile::default(),
+        };
+        let mut config = Self::merge(&[own, root, user])?;
         config.sources = sources;
         Ok(config)
     }
@@ -156,6 +186,14 @@ impl BackendConfig {
                 .find_map(|f| f.unconfined)
                 .unwrap_or(defaults.unconfined),
             bwrap: files.iter().find_map(|f| f.bwrap.clone()),
+            expose: files
+                .iter()
+                .find_map(|f| f.expose.clone())
+                .unwrap_or_default(),
+            path: files
+                .iter()
+                .find_map(|f| f.path.clone())
+                .unwrap_or_default(),
             sources: Vec::new(),
         };
         config.validate()?;
@@ -182,11 +220,74 @@ impl BackendConfig {
                 "backend setting bwrap must be an absolute path".into(),
             ));
         }
+        for (name, list) in [("expose", &self.expose), ("path", &self.path)] {
+            if list.len() > MAX_LIST_ENTRIES {
+                return Err(Error::Backend(format!(
+                    "backend setting {name} has {} entries; at most {MAX_LIST_ENTRIES}",
+                    list.len()
+                )));
+            }
+            for entry in list {
+                check_entry(name, entry)?;
+            }
+        }
         Ok(())
+    }
+
+    /// Whether the files now would give other settings than these (which a daemon put
+    /// in force at boot): a change takes effect at the next boot only.
+    pub fn differs_from_files(&self, home: &Home, user_home: Option<&OsString>) -> bool {
+        Self::load(home, user_home).map_or(true, |now| now != *self)
     }
 
     pub fn memory_max_bytes(&self) -> u64 {
         self.memory_max_mib << 20
+    }
+}
+
+/// The managed scope root `home` belongs to: its parent, when that holds the registry.
+pub fn managed_root(home: &Home) -> Option<&Path> {
+    let parent = home.root().parent()?;
+    fs::symlink_metadata(parent.join(REGISTRY_FILE_NAME))
+        .is_ok_and(|m| m.is_file())
+        .then_some(parent)
+}
+
+/// An `expose` or `path` entry: `~/REL` or `/ABS`, with no empty, `.` or `..`
+/// component, no `:` (it would split `PATH`), no control character.
+fn check_entry(name: &str, entry: &str) -> Result<()> {
+    let bad = |why: &str| {
+        Err(Error::Backend(format!(
+            "backend setting {name}: entry {entry:?} {why}"
+        )))
+    };
+    if entry.len() > MAX_ENTRY_BYTES {
+        return bad(&format!("is longer than {MAX_ENTRY_BYTES} bytes"));
+    }
+    if entry.contains(':') || entry.chars().any(char::is_control) {
+        return bad("contains ':' or a control character");
+    }
+    let rest = match (entry.strip_prefix("~/"), entry.strip_prefix('/')) {
+        (Some(rest), _) | (None, Some(rest)) => rest,
+        (None, None) => return bad("must be absolute or start with ~/"),
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return bad("must be a normal path (no empty, . or .. component)");
+    }
+    Ok(())
+}
+
+/// `entry` (checked by [`check_entry`]) as a path: `~/` is `user_home`.
+pub fn expand_entry(entry: &str, user_home: Option<&Path>) -> Option<PathBuf> {
+    match entry.strip_prefix("~/") {
+        Some(rest) => user_home
+            .filter(|h| h.is_absolute())
+            .map(|home| home.join(rest)),
+        None => Some(PathBuf::from(entry)),
     }
 }
 
@@ -249,6 +350,41 @@ mod tests {
         assert_eq!(config.pids_max, 100);
         assert_eq!(config.memory_max_mib, DEFAULT_MEMORY_MAX_MIB);
         assert!(!config.unconfined);
+    }
+
+    #[test]
+    fn the_root_file_applies_to_its_scopes_under_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let scope = Home::at(root.join("scope"));
+        std::fs::create_dir_all(scope.root()).unwrap();
+        std::fs::write(
+            root.join(FILE_NAME),
+            r#"{"network": "host", "idle_secs": 30, "expose": ["~/.rustup"]}"#,
+        )
+        .unwrap();
+        // Not a managed root until it holds the registry.
+        let config = BackendConfig::load(&scope, None).unwrap();
+        assert_eq!(config.network, Network::Loopback);
+        std::fs::write(root.join(REGISTRY_FILE_NAME), "{}").unwrap();
+        std::fs::write(scope.root().join(FILE_NAME), r#"{"idle_secs": 5}"#).unwrap();
+        let config = BackendConfig::load(&scope, None).unwrap();
+        assert_eq!((config.network, config.idle_secs), (Network::Host, 5));
+        assert_eq!(config.expose, ["~/.rustup"]);
+        assert_eq!(config.sources.len(), 2);
+        assert!(!config.differs_from_files(&scope, None));
+        std::fs::write(scope.root().join(FILE_NAME), r#"{"network": "loopback"}"#).unwrap();
+        assert!(config.differs_from_files(&scope, None));
+        for bad in [
+            r#"{"expose": ["rel"]}"#,
+            r#"{"expose": ["~/a/../b"]}"#,
+            r#"{"expose": ["/"]}"#,
+            r#"{"path": ["/a:/b"]}"#,
+            r#"{"path": ["~/"]}"#,
+        ] {
+            let file = parse(bad).unwrap();
+            assert!(BackendConfig::merge(&[file]).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -100,6 +100,12 @@ impl Home {
     pub fn kits_dir(&self) -> PathBuf {
         self.root.join("kits")
     }
+    /// What the project shell's jobs see as their `HOME` (owner-only): kept across
+    /// commands, stops and resets, removed with the home. The only part of the home a
+    /// job ever sees; settings, receipts and the daemon's files stay outside it.
+    pub fn guest_home(&self) -> PathBuf {
+        self.root.join("guest-home")
+    }
 }
 
 pub const SOCKET_NAME: &str = "marshd.sock";

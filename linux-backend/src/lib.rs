@@ -16,6 +16,7 @@ mod home;
 mod inject;
 #[cfg(feature = "test-hooks")]
 mod invocation;
+mod job_shell;
 mod kits;
 mod limits;
 mod marshd;

@@ -153,7 +153,11 @@ pub struct ServeArgs {
     /// --home or --scope-root uses $MARSH_HOME, else ~/.marsh. Not for broker modes.
     #[arg(long, conflicts_with = "scope_root")]
     pub home: Option<PathBuf>,
-    /// Managed multi-scope mode on this owner-only development root.
+    /// Managed multi-scope mode on this owner-only development root. A person's
+    /// settings for every scope of it (network, exposed toolchains, PATH) go in
+    /// R/backend.json; a scope's own R/<id>/backend.json overrides them field by field.
+    /// They apply at a scope's next boot (scope_stop, then scope_reset). See
+    /// docs/agent-view.md.
     #[arg(long)]
     pub scope_root: Option<PathBuf>,
     /// The installed marsh (default: `marsh` beside this executable); needs sibling `marshd`.

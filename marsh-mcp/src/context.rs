@@ -12,6 +12,7 @@ use crate::marsh::MarshDriver;
 use crate::operations::OperationTable;
 use crate::redact::HostPaths;
 use crate::scopes::ScopeSet;
+use crate::shell_facts::ShellFactsCache;
 
 /// Concurrent read queries (status, results) that may hold a marsh child; reads are
 /// not operations, so they get their own small bound instead of the global cap.
@@ -30,6 +31,8 @@ pub(crate) struct ServerContext {
     pub allow_full_sbx_control: bool,
     /// Every tool result passes through it: no host path but the workspace goes out.
     pub host_paths: HostPaths,
+    /// The default scope's shell and network, for the instructions and the catalog.
+    pub shell_facts: ShellFactsCache,
 }
 
 impl ServerContext {
@@ -73,6 +76,7 @@ impl ServerContext {
             reads: Semaphore::new(READ_QUERY_CAP),
             allow_full_sbx_control,
             host_paths,
+            shell_facts: ShellFactsCache::default(),
         }
     }
 

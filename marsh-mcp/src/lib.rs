@@ -25,6 +25,7 @@ mod redact;
 mod scope_gate;
 mod scopes;
 mod server;
+mod shell_facts;
 mod startup;
 mod subcommands;
 mod supervisor;

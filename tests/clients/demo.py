@@ -93,6 +93,8 @@ async def server_demo():
                   f"(protocol {init.protocol_version})")
             tools = await session.list_tools()
             print("tools:", ", ".join(t.name for t in tools.tools))
+            print("instructions (what the agent reads first):")
+            print(textwrap.indent(textwrap.fill(init.instructions or "", 100), "  | "))
 
             doctor = show("doctor", await call(session, "doctor"), healthy=True)
             for check in data(doctor).get("checks", []):
@@ -104,6 +106,10 @@ async def server_demo():
                 print("\nthe server is not healthy (see the failed checks above): stopping here")
                 return False
             show("shell_run: where am I, who am I", await call(session, "shell_run", {"command": "pwd; id -un; uname -s"}),
+                 state="succeeded")
+            show("shell_run: bash, and a $HOME kept per scope (caches survive stop and reset)",
+                 await call(session, "shell_run", {"command":
+                     "echo \"bash $BASH_VERSION\"; [[ -d $HOME ]] && date +%s > ~/.demo-stamp && ls -A ~"}),
                  state="succeeded")
             show("shell_run: separate streams and a nonzero exit (its own result: state exited)",
                  await call(session, "shell_run", {"command": "echo to-stdout; echo to-stderr >&2; exit 3"}),

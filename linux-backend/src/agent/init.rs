@@ -168,7 +168,8 @@ fn run_one(
     let [stdin, stdout, stderr]: [OwnedFd; 3] = fds
         .try_into()
         .map_err(|_| Error::Protocol("a run must carry stdin, stdout and stderr".into()))?;
-    let mut cmd = Command::new("/bin/sh");
+    let shell = crate::job_shell::JobShell::detect().program();
+    let mut cmd = Command::new(shell);
     cmd.arg("-c")
         .arg(OsStr::from_bytes(command))
         .env_clear()
@@ -191,7 +192,7 @@ fn run_one(
     set_oom_score_adj(JOB_OOM_SCORE_ADJ);
     let job = cmd.spawn();
     set_oom_score_adj(CONTAINER_OOM_SCORE_ADJ);
-    let job = job.map_err(|e| Error::failed(format!("starting /bin/sh: {e}")))?;
+    let job = job.map_err(|e| Error::failed(format!("starting {shell}: {e}")))?;
     // Dropping `cmd` closes our copies of the job's stdio: only the job holds it now.
     drop(cmd);
     Ok(reap_until(Pid::from_raw(job.id() as i32)))

@@ -436,7 +436,8 @@ impl Agent {
             .env
             .iter()
             .map(|v| (OsStr::from_bytes(&v.name.0), OsStr::from_bytes(&v.value.0)));
-        let spawned = Command::new("/bin/sh")
+        let shell = crate::job_shell::JobShell::detect().program();
+        let spawned = Command::new(shell)
             .arg("-c")
             .arg(OsStr::from_bytes(&request.command.0))
             .env_clear()
@@ -447,7 +448,7 @@ impl Agent {
             .stdout(Stdio::from(request.stdout))
             .stderr(Stdio::from(request.stderr))
             .spawn();
-        let mut child = spawned.map_err(|e| format!("starting /bin/sh: {e}"))?;
+        let mut child = spawned.map_err(|e| format!("starting {shell}: {e}"))?;
         let pid = util::child_pid(&child);
         self.started(request.job, pid);
         util::wait_exit_unreaped(pid);

@@ -130,7 +130,10 @@ fn run(
         .map_err(|_| Error::Protocol("a run request must carry stdin, stdout and stderr".into()))?;
     check_workspace(daemon, cwd)?;
     let (shell, job_guard) = daemon.acquire_shell_job()?;
-    let job_env = sandbox::job_env(env, &shell.path_dirs())
+    // The shell's own commands, the kit wrappers, then the `path` setting's entries.
+    let mut dirs = shell.path_dirs().to_vec();
+    dirs.extend(daemon.cfg.exposed.path.iter().map(PathBuf::as_path));
+    let job_env = sandbox::job_env(env, &dirs)
         .into_iter()
         .map(|(name, value)| EnvVar {
             name: Bytes(name.into_vec()),

@@ -16,7 +16,7 @@ use crate::admission::{self, Admitter};
 use crate::kits::{self, Kit};
 use crate::proto::{Bytes, EnvVar, KitFailure, ToAgent};
 use crate::receipt::Receipt;
-use crate::sandbox::{self, Isolation, Layout, Role, SANDBOX_GUARD_EXEC};
+use crate::sandbox::{self, Isolation, JobHome, Layout, Role, SANDBOX_GUARD_EXEC};
 use crate::seqpacket::SeqPacket;
 use crate::util::{self, log};
 
@@ -85,12 +85,22 @@ pub(super) fn start(
         Ok(kit) => kit,
         Err(e) => return fail(127, e.to_string()),
     };
+    let mut strip = shell.path_dirs().to_vec();
+    strip.extend(
+        daemon
+            .cfg
+            .exposed
+            .path
+            .iter()
+            .map(std::path::PathBuf::as_path),
+    );
     let launch = Launch {
         key: (shell.id, req),
         name: kit_name,
         kit,
         args,
-        env: sandbox::kit_env(&env, &shell.path_dirs()),
+        // Neither the shell's directories nor exposed ones exist in a kit container.
+        env: sandbox::kit_env(&env, &strip),
         stdio,
         sink: Sink::Agent {
             shell: Arc::clone(shell),
@@ -222,7 +232,8 @@ impl KitJob {
                 let mut layout = Layout {
                     role: Role::Kit,
                     workspace: &cfg.workspace,
-                    job_home: home.as_deref(),
+                    job_home: home.as_deref().map(|at| JobHome { at, backing: None }),
+                    exposed: None,
                     hostname: "marsh-kit",
                     ro_files: Vec::new(),
                     pass_fds: Vec::new(),

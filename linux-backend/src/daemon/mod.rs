@@ -32,7 +32,7 @@ use crate::home::Home;
 use crate::limits::Limits;
 use crate::publication::{Publisher, Settings};
 use crate::receipt::{self, Receipt};
-use crate::sandbox::{Confinement, Isolation};
+use crate::sandbox::{Confinement, Exposed, Isolation};
 use crate::seqpacket::Listener;
 use crate::setid_guard::SetIdGuard;
 use crate::token;
@@ -74,8 +74,11 @@ pub(crate) struct Config {
     /// so the agent runs the inode this daemon runs even if the file at `self_exe`
     /// was replaced since.
     pub self_fd: OwnedFd,
-    /// `HOME` of the booting client: a private tmpfs in the project shell.
+    /// `HOME` of the booting client: in the project shell, the home's guest home is
+    /// bound there; in a kit container, a private tmpfs.
     pub job_home: Option<PathBuf>,
+    /// The `expose` and `path` settings, resolved and checked at boot.
+    pub exposed: Exposed,
     /// The control home, sbx and programs of publication transactions.
     pub publication: Settings,
     pub pid: u32,
@@ -214,7 +217,9 @@ fn configure(home: Home, workspace: &Path) -> Result<Config> {
     let Assessment {
         config: backend,
         isolation,
+        exposed,
     } = backend::assess(&home, user_home.as_ref(), Some(&workspace))?;
+    ensure_private_dir(&home.guest_home())?;
     let confinement = Confinement::new(&backend, Limits::establish(&backend), &isolation)?;
     let setid_guard = match isolation {
         Isolation::Bwrap(_) => SetIdGuard::start(),
@@ -246,6 +251,7 @@ fn configure(home: Home, workspace: &Path) -> Result<Config> {
         self_exe,
         self_fd,
         job_home: user_home.map(PathBuf::from),
+        exposed,
         publication: Settings::for_daemon(),
         pid: std::process::id(),
     })

@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
@@ -19,7 +19,7 @@ use crate::admission::Admitter;
 use crate::error::{Context, Error, Result};
 use crate::proto::{self, Bytes, EnvVar, FromAgent, ToAgent};
 use crate::sandbox::{
-    self, Isolation, Layout, Role, SANDBOX_AGENT, SANDBOX_BIN_DIR, SANDBOX_KIT_DIR,
+    self, Isolation, JobHome, Layout, Role, SANDBOX_AGENT, SANDBOX_BIN_DIR, SANDBOX_KIT_DIR,
     SANDBOX_KIT_SOCKET,
 };
 use crate::seqpacket::SeqPacket;
@@ -318,10 +318,22 @@ fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, AgentDirs)> {
     let agent_env = [(OsString::from("PATH"), OsString::from("/usr/bin:/bin"))];
     let (mut cmd, dirs, seccomp) = match &cfg.isolation {
         Isolation::Bwrap(bwrap) => {
+            let guest_home = cfg.home.guest_home();
+            let job_home = cfg.job_home.as_deref().map(|at| JobHome {
+                at,
+                backing: Some(&guest_home),
+            });
+            if let Some(JobHome { at, .. }) = job_home {
+                // No job of this scope runs while its shell starts (see `guest_home`).
+                let mut targets: Vec<&Path> = vec![&cfg.workspace];
+                targets.extend(cfg.exposed.dirs.iter().map(PathBuf::as_path));
+                sandbox::prepare_mount_points(&guest_home, at, &targets)?;
+            }
             let layout = Layout {
                 role: Role::Shell,
                 workspace: &cfg.workspace,
-                job_home: cfg.job_home.as_deref(),
+                job_home,
+                exposed: Some(&cfg.exposed),
                 hostname: "marsh-shell",
                 ro_files: vec![(cfg.self_fd.as_raw_fd(), SANDBOX_AGENT)],
                 pass_fds: Vec::new(),

@@ -332,6 +332,14 @@ impl Daemon {
                     .as_ref()
                     .map(|_| ())
                     .map_err(String::as_str),
+                self.cfg.backend.differs_from_files(
+                    &self.cfg.home,
+                    self.cfg
+                        .job_home
+                        .as_ref()
+                        .map(|h| h.as_os_str().to_owned())
+                        .as_ref(),
+                ),
             ),
         }
     }

@@ -22,6 +22,24 @@ pub enum Hidden {
     Dir(PathBuf),
 }
 
+impl Hidden {
+    /// The bubblewrap arguments covering it: an empty read-only file (`/dev/null`)
+    /// over a file, an empty read-only tmpfs over a directory.
+    pub fn cover_args(&self) -> Vec<&std::ffi::OsStr> {
+        match self {
+            Hidden::File(path) => {
+                vec!["--ro-bind".as_ref(), "/dev/null".as_ref(), path.as_os_str()]
+            }
+            Hidden::Dir(path) => vec![
+                "--tmpfs".as_ref(),
+                path.as_os_str(),
+                "--remount-ro".as_ref(),
+                path.as_os_str(),
+            ],
+        }
+    }
+}
+
 /// Bound on the entries scanned, so a pathological `/etc` cannot stall a boot.
 const SCAN_LIMIT: usize = 100_000;
 

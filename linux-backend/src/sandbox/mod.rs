@@ -10,7 +10,10 @@
 //! - `no_new_privs` (bubblewrap always sets it) and the seccomp filter of
 //!   [`crate::seccomp`];
 //! - the workspace is the only writable host directory; the system directories and the
-//!   sandbox root are read-only; `/tmp`, `/run` and the job's home are private tmpfs;
+//!   sandbox root are read-only; `/tmp` and `/run` are private tmpfs; the project
+//!   shell's `HOME` is the scope's guest home ([`guest_home`]), a kit container's a
+//!   private tmpfs; directories a person exposes are read-only, their secrets covered
+//!   ([`exposed`]);
 //!   in every job's `/proc`, `/proc/sys`, `/proc/sysrq-trigger`, `/proc/irq`,
 //!   `/proc/bus`, `/proc/fs` are read-only and kernel-revealing files are masked (by
 //!   bubblewrap for a kit container, by each job container's init in the shell); `/sys`
@@ -20,6 +23,8 @@
 //! - nothing else of the host (no marsh home, scope root, token or daemon socket).
 
 mod etc;
+mod exposed;
+mod guest_home;
 mod hidden;
 mod spawn;
 
@@ -36,7 +41,8 @@ use crate::limits::Limits;
 use crate::proto::EnvVar;
 
 pub use etc::{EtcMount, EtcView};
-pub use hidden::Hidden;
+pub use exposed::{Exposed, Keep};
+pub use guest_home::prepare_mount_points;
 pub use spawn::{CONTAINER_OOM_SCORE_ADJ, JOB_OOM_SCORE_ADJ, JOB_UMASK, SeccompFd};
 
 /// Where the agent binary, its socket, the kit wrappers and the shell's own commands
@@ -192,8 +198,10 @@ pub enum Role {
 pub struct Layout<'a> {
     pub role: Role,
     pub workspace: &'a Path,
-    /// Mounted as a private tmpfs when [`home_is_mountable`].
-    pub job_home: Option<&'a Path>,
+    /// Mounted when [`home_is_mountable`].
+    pub job_home: Option<JobHome<'a>>,
+    /// Host directories bound read-only at their own paths, after the home.
+    pub exposed: Option<&'a Exposed>,
     pub hostname: &'a str,
     /// Open host files (descriptors) bound read-only at fixed in-sandbox paths: by
     /// descriptor, so what is bound is the file that was opened, whatever its path
@@ -202,6 +210,15 @@ pub struct Layout<'a> {
     /// Descriptors the sandbox's first program inherits as they are (a kit's
     /// `guard-exec` gets its guard socket so); close-on-exec everywhere else.
     pub pass_fds: Vec<RawFd>,
+}
+
+/// Where a job's `HOME` is and what backs it.
+#[derive(Debug, Clone, Copy)]
+pub struct JobHome<'a> {
+    /// The path jobs know as `HOME`.
+    pub at: &'a Path,
+    /// The directory bound there, writable and kept; `None`: a private tmpfs.
+    pub backing: Option<&'a Path>,
 }
 
 /// A bubblewrap command for `layout` running `argv` with exactly `env`, plus the
@@ -303,17 +320,7 @@ fn bwrap_args(
         }
     }
     for hidden in &confinement.etc.hidden {
-        match hidden {
-            Hidden::File(path) => {
-                push(&["--ro-bind".as_ref(), "/dev/null".as_ref(), path.as_os_str()])
-            }
-            Hidden::Dir(path) => push(&[
-                "--tmpfs".as_ref(),
-                path.as_os_str(),
-                "--remount-ro".as_ref(),
-                path.as_os_str(),
-            ]),
-        }
+        push(&hidden.cover_args());
     }
     push(&["--proc".as_ref(), "/proc".as_ref()]);
     // The project shell's /proc stays uncovered here: each job's container mounts a
@@ -338,16 +345,16 @@ fn bwrap_args(
         sizes.run.to_string(),
         sizes.shm.to_string(),
     );
-    let home = layout
-        .job_home
-        .filter(|h| home_is_mountable(h))
-        .map(|h| (sizes.home.to_string(), h.as_os_str()));
+    let home = layout.job_home.filter(|h| home_is_mountable(h.at));
+    let home_tmpfs = home
+        .filter(|h| h.backing.is_none())
+        .map(|h| (sizes.home.to_string(), h.at.as_os_str()));
     push(&["--dev".as_ref(), "/dev".as_ref()]);
     let mounts = [
         Some((shm, OsStr::new("/dev/shm"))),
         Some((tmp, OsStr::new("/tmp"))),
         Some((run, OsStr::new("/run"))),
-        home,
+        home_tmpfs,
     ];
     for (size, at) in mounts.into_iter().flatten() {
         if confinement.sized_tmpfs {
@@ -356,6 +363,21 @@ fn bwrap_args(
         push(&["--tmpfs".as_ref(), at]);
         if at == "/dev/shm" {
             push(&["--remount-ro".as_ref(), "/dev".as_ref()]);
+        }
+    }
+    if let Some(JobHome {
+        at,
+        backing: Some(backing),
+    }) = home
+    {
+        push(&["--bind".as_ref(), backing.as_os_str(), at.as_os_str()]);
+    }
+    if let Some(exposed) = layout.exposed {
+        for dir in &exposed.dirs {
+            push(&["--ro-bind".as_ref(), dir.as_os_str(), dir.as_os_str()]);
+        }
+        for hidden in &exposed.hidden {
+            push(&hidden.cover_args());
         }
     }
     let ws = layout.workspace.as_os_str();
@@ -580,6 +602,51 @@ mod tests {
     }
 
     #[test]
+    fn the_shell_home_is_the_guest_home_and_exposed_dirs_follow_it_read_only() {
+        let config = BackendConfig::default();
+        let confinement =
+            Confinement::new(&config, Limits::rlimits(&config), &Isolation::Unconfined).unwrap();
+        let exposed = Exposed {
+            dirs: vec!["/root/.rustup".into()],
+            hidden: vec![hidden::Hidden::File(
+                "/root/.rustup/credentials.toml".into(),
+            )],
+            path: vec![],
+        };
+        let layout = Layout {
+            role: Role::Shell,
+            workspace: Path::new("/root/w"),
+            job_home: Some(JobHome {
+                at: Path::new("/root"),
+                backing: Some(Path::new("/m/home/guest-home")),
+            }),
+            exposed: Some(&exposed),
+            hostname: "h",
+            ro_files: vec![],
+            pass_fds: vec![],
+        };
+        let text: Vec<String> = bwrap_args(&confinement, &layout, 9, &[], &["true".into()])
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let at = |needle: &[&str]| {
+            text.windows(needle.len())
+                .position(|w| w == needle)
+                .unwrap_or_else(|| panic!("{needle:?} in {text:?}"))
+        };
+        let home = at(&["--bind", "/m/home/guest-home", "/root"]);
+        let tool = at(&["--ro-bind", "/root/.rustup", "/root/.rustup"]);
+        let cover = at(&["--ro-bind", "/dev/null", "/root/.rustup/credentials.toml"]);
+        let ws = at(&["--bind", "/root/w", "/root/w"]);
+        assert!(home < tool && tool < cover && cover < ws, "{text:?}");
+        assert!(
+            !text
+                .windows(2)
+                .any(|w| w[0] == "--tmpfs" && w[1] == "/root")
+        );
+    }
+
+    #[test]
     fn layout_binds_only_the_workspace_writable() {
         let config = BackendConfig::default();
         let confinement =
@@ -587,7 +654,11 @@ mod tests {
         let layout = Layout {
             role: Role::Kit,
             workspace: Path::new("/w"),
-            job_home: Some(Path::new("/root")),
+            job_home: Some(JobHome {
+                at: Path::new("/root"),
+                backing: None,
+            }),
+            exposed: None,
             hostname: "h",
             ro_files: vec![],
             pass_fds: vec![],

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use super::transport::LineTransport;
 use crate::context::ServerContext;
 use crate::operations::SessionId;
+use crate::shell_facts::ShellFacts;
 use crate::tools::{self, CatalogCache};
 
 static NEXT_SESSION: AtomicU64 = AtomicU64::new(1);
@@ -27,10 +28,15 @@ const CLOSE_SETTLE: Duration = Duration::from_secs(6);
 
 /// The server's instructions. A registration can be account-wide (Codex), so they
 /// name the workspace's directory: an agent in another repository is not misled.
-fn instructions(project: &str) -> String {
+/// `facts` is the project shell's one-sentence description ([`ShellFacts::sentence`]).
+fn instructions(project: &str, facts: &str) -> String {
     format!(
         "marsh-mcp runs commands in the marsh project shell of the workspace `{project}` (never a host shell, \
-and never another repository's, whichever one this session was opened in). \
+and never another repository's, whichever one this session was opened in). {facts} \
+The sandbox shows the workspace writable (the working directory), the system read-only and a $HOME of its own that \
+persists per scope across commands, stops and resets; host files outside the workspace are not there unless a person \
+exposed them read-only. Background processes end when their command ends: run a long-lived service as its own \
+shell_run operation. Only a person changes these settings (docs: What your agent sees). \
 Use shell_run for commands: fast ones return inline; long ones return an operation id to poll with operation_get \
 and read with operation_output; operation_list finds your operations. structuredContent is {{ok, data}} or \
 {{ok:false, error:{{kind, message, retryable}}}}; the text content is the same result written to be read."
@@ -71,7 +77,15 @@ impl ServerHandler for McpSession {
     fn get_info(&self) -> ServerConfig {
         InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(Implementation::new("marsh-mcp", env!("CARGO_PKG_VERSION")))
-            .with_instructions(instructions(&self.ctx.project_name()))
+            .with_instructions(instructions(
+                &self.ctx.project_name(),
+                &self
+                    .ctx
+                    .shell_facts
+                    .snapshot()
+                    .unwrap_or(ShellFacts::UNKNOWN)
+                    .sentence(),
+            ))
     }
 
     async fn initialize(
@@ -80,6 +94,8 @@ impl ServerHandler for McpSession {
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, McpError> {
         accept_initialize(&self.initialized, &request, &context)?;
+        // `get_info` (sync) reads the facts this fetched.
+        self.ctx.shell_facts.get(&self.ctx).await;
         self.negotiate_initialize(&request)
     }
 
@@ -88,8 +104,9 @@ impl ServerHandler for McpSession {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
+        let facts = self.ctx.shell_facts.get(&self.ctx).await;
         Ok(ListToolsResult::with_all_items(
-            self.catalog.tools(&self.ctx.project_name()),
+            self.catalog.tools(&self.ctx.project_name(), &facts),
         ))
     }
 

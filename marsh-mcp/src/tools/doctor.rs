@@ -10,6 +10,7 @@ use crate::global_cap::GLOBAL_OPERATION_CAP;
 use crate::marsh::Verb;
 use crate::operations::{GLOBAL_RETAINED_BYTES, RETAINED_OPERATIONS};
 use crate::output::RETAINED_PER_STREAM;
+use crate::shell_facts::ShellFacts;
 use marsh_framing::MAX_FRAME_BYTES;
 use marsh_scope_registry::{ScopeId, ScopeState};
 
@@ -93,6 +94,38 @@ fn backend_check(backend: Option<&Value>) -> Check {
     }
 }
 
+/// The `project_shell` check: what a job meets (shell, network, HOME, exposed host
+/// directories), and whether settings changed since the shell booted, which only a
+/// stop and reset applies.
+fn shell_check(backend: Option<&Value>) -> Check {
+    let Some(backend) = backend else {
+        return check(
+            "project_shell",
+            false,
+            "marsh status does not report its backend",
+        );
+    };
+    let facts = ShellFacts::from_backend(Some(backend)).sentence();
+    let exposed = backend
+        .get("exposed")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    let detail = format!(
+        "{facts} $HOME is kept per scope; {exposed} host director{} exposed read-only by a person's settings.",
+        if exposed == 1 { "y" } else { "ies" }
+    );
+    if backend.get("settings_changed").and_then(Value::as_bool) == Some(true) {
+        return check(
+            "project_shell",
+            false,
+            format!(
+                "{detail} The settings files changed since this shell booted and apply at its next boot: scope_stop, then scope_reset (scope_id default)."
+            ),
+        );
+    }
+    check("project_shell", true, detail)
+}
+
 /// How a job's `/etc` is built, from `status.backend.etc_shown`.
 fn etc_policy(backend: &Value) -> String {
     match backend.get("etc_shown").and_then(Value::as_array) {
@@ -143,20 +176,29 @@ pub(crate) async fn doctor(ctx: &ServerContext) -> Result<DoctorReport, ToolErro
         ),
         Err(e) => check("default_scope_home", false, e.message.clone()),
     });
-    let isolation = match home {
+    let (isolation, shell) = match home {
         Ok(home) if default.state() == ScopeState::Ready => {
             match ctx.driver.query_json(&Verb::Status, &home).await {
-                Ok(status) => backend_check(status.get("backend")),
-                Err(e) => check("isolation", false, e.message),
+                Ok(status) => (
+                    backend_check(status.get("backend")),
+                    shell_check(status.get("backend")),
+                ),
+                Err(e) => (
+                    check("isolation", false, e.message.clone()),
+                    check("project_shell", false, e.message),
+                ),
             }
         }
-        _ => check(
-            "isolation",
-            false,
-            "default scope not ready; runtime not probed",
-        ),
+        _ => {
+            let why = "default scope not ready; runtime not probed";
+            (
+                check("isolation", false, why),
+                check("project_shell", false, why),
+            )
+        }
     };
     checks.push(isolation);
+    checks.push(shell);
     let scopes = ctx.scopes.list();
     let invalid: Vec<String> = scopes
         .iter()

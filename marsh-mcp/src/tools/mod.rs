@@ -5,6 +5,7 @@
 mod args;
 pub(crate) mod doctor;
 mod envelope;
+mod network_hint;
 mod operation_reply;
 mod operation_tools;
 pub(crate) mod progress;
@@ -29,6 +30,8 @@ use crate::admission::WorkerStep;
 use crate::context::ServerContext;
 use crate::error::{ErrorKind, ToolError, ToolReply, ToolResult};
 use crate::operations::{OpStatus, Operation, SessionId};
+use crate::scopes;
+use crate::shell_facts::ShellFacts;
 use crate::tool_table::{Addressing, ToolName};
 pub(crate) use envelope::error_schema;
 use envelope::into_call_result;
@@ -73,7 +76,7 @@ impl Call<'_> {
     }
 }
 
-const SHELL_RUN_DESCRIPTION: &str = "Run a command in the project shell (cwd = the workspace). Ends within wait_ms: the result inline; else the operation id and output so far while it runs on. Long output: head and tail inline, operation_output pages the rest. Non-UTF-8 output comes as `*_base64`.";
+const SHELL_RUN_DESCRIPTION: &str = "Run a command in the project shell (cwd = the workspace). Ends within wait_ms: the result inline; else the operation id and output so far, running on. Long output: head and tail inline, operation_output pages the rest. Non-UTF-8 output comes as `*_base64`. Workspace writable, system read-only, $HOME kept per scope; background processes end with the command (run a service as its own call).";
 
 /// A tool's description, its own arguments' schema (before `scope_id` is added) and
 /// its output schema, generated from the type its handler returns (`dispatch`).
@@ -106,7 +109,7 @@ fn describe(tool: ToolName) -> (&'static str, Arc<JsonObject>, Arc<JsonObject>) 
             output_schema::<OperationReport>(),
         ),
         ToolName::Prewarm => (
-            "Warm kit workers of the default scope (an operation). A kit is a command registered with marsh whose jobs run in workers of their own; status lists them.",
+            "Warm kit workers of the default scope (an operation). A kit is a marsh-registered command with workers of its own; status lists them.",
             schema_of::<SelectionArgs>(),
             output_schema::<WorkersResult>(),
         ),
@@ -116,7 +119,7 @@ fn describe(tool: ToolName) -> (&'static str, Arc<JsonObject>, Arc<JsonObject>) 
             output_schema::<WorkersResult>(),
         ),
         ToolName::ScopeStart => (
-            "Create and boot a private development scope (own home, daemon, project shell, workers) over this workspace; returns its id and the boot operation. Managed mode only; at most 16 live, 128 retained.",
+            "Create and boot a private development scope (own home, daemon, shell, workers) over this workspace; returns its id and boot operation. Managed mode only; at most 16 live, 128 retained.",
             schema_of::<NoArgs>(),
             output_schema::<LifecycleResult>(),
         ),
@@ -186,7 +189,7 @@ fn describe(tool: ToolName) -> (&'static str, Arc<JsonObject>, Arc<JsonObject>) 
             output_schema::<OperationCancelResult>(),
         ),
         ToolName::Qualify => (
-            "Run the repository's fixed qualification recipe (/usr/bin/make test|acceptance-smoke|acceptance|perf) in the workspace as the host user. Disabled unless the server was started with --allow-full-sbx-control.",
+            "Run the repository's fixed qualification recipe (/usr/bin/make test|acceptance-smoke|acceptance|perf) in the workspace as the host user. Disabled unless started with --allow-full-sbx-control.",
             schema_of::<QualifyArgs>(),
             output_schema::<QualifyResult>(),
         ),
@@ -221,14 +224,22 @@ fn effective_hints(hints: &ToolAnnotations) -> [bool; 4] {
     ]
 }
 
-/// The catalog entry of `tool`; `project` is the workspace's directory name.
-fn catalog_entry(tool: ToolName, project: &str) -> Tool {
+/// The catalog entry of `tool`; `project` is the workspace's directory name, `facts`
+/// the default scope's shell and network.
+fn catalog_entry(tool: ToolName, project: &str, facts: &ShellFacts) -> Tool {
     let (description, schema, output) = describe(tool);
     // A client registration can be account-wide (Codex): an agent in another
     // repository sees this catalog too, so the tool that runs commands names where.
     let description = match tool {
-        ToolName::ShellRun | ToolName::ScopeRun => format!(
-            "{description} The workspace is the directory `{project}`, whichever repository the session was opened in; this server serves no other."
+        ToolName::ShellRun => format!(
+            "{description} {} The workspace is the directory `{project}`, whichever repository the session was opened in; this server serves no other.",
+            facts.sentence()
+        ),
+        // The same run in another scope: said by reference, not repeated (every byte
+        // of the catalog is read each session).
+        ToolName::ScopeRun => format!(
+            "Run a command in the project shell of scope `scope_id`, as shell_run does (same arguments, result, sandbox). Default scope: {} Other scopes: see scope_status. The workspace is the directory `{project}`; this server serves no other.",
+            facts.sentence()
         ),
         _ => description.to_string(),
     };
@@ -244,22 +255,38 @@ fn catalog_entry(tool: ToolName, project: &str) -> Tool {
 }
 
 /// Every tool, in catalog order, for the workspace directory named `project`.
-pub(crate) fn catalog(project: &str) -> Vec<Tool> {
+pub(crate) fn catalog(project: &str, facts: &ShellFacts) -> Vec<Tool> {
     ToolName::ALL
         .iter()
-        .map(|&tool| catalog_entry(tool, project))
+        .map(|&tool| catalog_entry(tool, project, facts))
         .collect()
 }
 
 /// One server's catalog, built by the first `tools/list` and cloned for each later one
-/// (its schemas are generated and compacted, ~13 ms in a debug build, and nothing in it
-/// changes while the server runs). Held where sessions are served and shared by them.
+/// (its schemas are generated and compacted, ~13 ms in a debug build); rebuilt only
+/// when the shell facts it states have changed. Held where sessions are served and
+/// shared by them.
 #[derive(Debug, Default)]
-pub(crate) struct CatalogCache(std::sync::OnceLock<Vec<Tool>>);
+pub(crate) struct CatalogCache(std::sync::Mutex<Option<(ShellFacts, Vec<Tool>)>>);
 
 impl CatalogCache {
-    pub fn tools(&self, project: &str) -> Vec<Tool> {
-        self.0.get_or_init(|| catalog(project)).clone()
+    pub fn tools(&self, project: &str, facts: &ShellFacts) -> Vec<Tool> {
+        let mut held = crate::lock::lock(&self.0);
+        match held.as_ref() {
+            Some((built_for, tools)) if built_for == facts => tools.clone(),
+            _ => {
+                let tools = catalog(project, facts);
+                *held = Some((facts.clone(), tools.clone()));
+                tools
+            }
+        }
+    }
+}
+
+/// Forgets the shell facts when `view` is the default scope's.
+fn forget_facts_of(ctx: &ServerContext, view: &scopes::ScopeView) {
+    if view.id == marsh_scope_registry::ScopeId::Default {
+        ctx.shell_facts.forget();
     }
 }
 
@@ -321,8 +348,20 @@ async fn dispatch(
         }
         ToolName::ScopeStart => data(scope_lifecycle::scope_start(ctx, call).await),
         ToolName::ScopeList => data(scope_lifecycle::scope_list(ctx, call)),
-        ToolName::ScopeReset => data(scope_lifecycle::scope_reset(ctx, call, scope()?).await),
-        ToolName::ScopeStop => data(scope_lifecycle::scope_stop(ctx, call, scope()?).await),
+        // The default scope's settings take effect at its next boot: its facts are
+        // read again when next needed.
+        ToolName::ScopeReset => {
+            forget_facts_of(ctx, scope()?);
+            let reply = scope_lifecycle::scope_reset(ctx, call, scope()?).await;
+            forget_facts_of(ctx, scope()?);
+            data(reply)
+        }
+        ToolName::ScopeStop => {
+            forget_facts_of(ctx, scope()?);
+            let reply = scope_lifecycle::scope_stop(ctx, call, scope()?).await;
+            forget_facts_of(ctx, scope()?);
+            data(reply)
+        }
         ToolName::ScopeRemove => data(scope_lifecycle::scope_remove(ctx, call, scope()?).await),
         ToolName::OperationList => data(operation_tools::operation_list(ctx, call)),
         ToolName::OperationGet => data(operation_tools::operation_get(ctx, call).await),
@@ -387,7 +426,7 @@ mod tests {
 
     #[test]
     fn catalog_is_the_23_tools_in_order_and_denies_unknown_fields() {
-        let tools = catalog("ws");
+        let tools = catalog("ws", &ShellFacts::UNKNOWN);
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
         let expected: Vec<&str> = ToolName::ALL.iter().map(|t| t.as_str()).collect();
         assert_eq!(names, expected);
@@ -452,7 +491,7 @@ mod tests {
 
     #[test]
     fn optional_parameters_are_plainly_typed_with_a_default() {
-        for t in catalog("ws") {
+        for t in catalog("ws", &ShellFacts::UNKNOWN) {
             let schema = Value::Object((*t.input_schema).clone());
             let mut found = Vec::new();
             types(&schema, &mut found);
@@ -470,10 +509,10 @@ mod tests {
                 }
             }
         }
-        let qualify = catalog("ws").remove(ToolName::Qualify as usize);
+        let qualify = catalog("ws", &ShellFacts::UNKNOWN).remove(ToolName::Qualify as usize);
         assert_eq!(qualify.input_schema["properties"]["gate"]["type"], "string");
         assert!(qualify.input_schema.get("$defs").is_none());
-        let shell = catalog("ws").remove(ToolName::ShellRun as usize);
+        let shell = catalog("ws", &ShellFacts::UNKNOWN).remove(ToolName::ShellRun as usize);
         let props = &shell.input_schema["properties"];
         assert_eq!(props["wait_ms"]["type"], "integer");
         assert_eq!(props["wait_ms"]["default"], args::WAIT.default);
@@ -481,13 +520,21 @@ mod tests {
         assert_eq!(props["include_base64"]["default"], false);
     }
 
+    /// The facts with the longest sentence.
+    fn longest_facts() -> ShellFacts {
+        ShellFacts {
+            shell: Some("sh".into()),
+            network: crate::shell_facts::Network::Loopback,
+        }
+    }
+
     /// Every byte of `tools/list` is read by the model each session: at most 32 KiB
     /// with every tool's output schema, also for the longest directory name (255
-    /// bytes; shell_run and scope_run name it).
+    /// bytes; shell_run and scope_run name it) and the longest shell facts.
     #[test]
     fn tools_list_stays_small() {
         for project in ["workspace", &"w".repeat(255)] {
-            let body = serde_json::json!({"tools": catalog(project)}).to_string();
+            let body = serde_json::json!({"tools": catalog(project, &longest_facts())}).to_string();
             eprintln!("tools/list result: {} bytes", body.len());
             assert!(body.len() <= 32 * 1024, "{} bytes", body.len());
         }
@@ -496,7 +543,7 @@ mod tests {
     /// The selector's length bound is stated once, in its pattern.
     #[test]
     fn the_selector_pattern_states_its_length_bound() {
-        let get = catalog("ws").remove(ToolName::ResultGet as usize);
+        let get = catalog("ws", &ShellFacts::UNKNOWN).remove(ToolName::ResultGet as usize);
         let pattern = get.input_schema["properties"]["selector"]["pattern"]
             .as_str()
             .unwrap()

@@ -9,7 +9,6 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::Call;
 use super::args::{self, ResultGetArgs, ResultsListArgs, SelectionArgs, ShellRunArgs};
 use super::operation_reply::{report, report_log};
 use super::result_data::{
@@ -17,6 +16,7 @@ use super::result_data::{
     ScopeSummary, StatusResult, WorkersResult,
 };
 use super::views::ViewOptions;
+use super::{Call, network_hint};
 use crate::admission::{Admission, WorkerStep};
 use crate::context::ServerContext;
 use crate::error::{ErrorKind, ToolError};
@@ -35,7 +35,9 @@ const RUNTIME_FIELDS: &[&str] = &["daemon", "shell", "workers", "active_jobs", "
 /// Receipt fields that are never shown to a caller.
 const HIDDEN_RECEIPT_FIELDS: &[&str] = &["workspace", "home"];
 
-fn read_permit(ctx: &ServerContext) -> Result<tokio::sync::SemaphorePermit<'_>, ToolError> {
+pub(super) fn read_permit(
+    ctx: &ServerContext,
+) -> Result<tokio::sync::SemaphorePermit<'_>, ToolError> {
     ctx.reads.try_acquire().map_err(|_| {
         ToolError::new(
             ErrorKind::CapacityExhausted,
@@ -401,8 +403,11 @@ pub(crate) async fn run(
         include_base64: a.include_base64.unwrap_or(false),
         max_bytes,
     };
-    let data = report(&op, wait, call, opts).await;
+    let mut data = report(&op, wait, call, opts).await;
     never_ran(&op)?;
+    if data.hint.is_none() && network_hint::looks_like_no_network(&op) {
+        data.hint = network_hint::for_scope(ctx, view).await;
+    }
     Ok(data)
 }
 

@@ -1,5 +1,6 @@
 //! One module per black-box suite (formerly one test binary each).
 
+mod agent_view;
 mod backpressure;
 mod broker;
 mod ergonomics;

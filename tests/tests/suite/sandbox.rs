@@ -392,12 +392,18 @@ fn a_reused_container_holds_one_command_at_a_time() {
     } else {
         "/run/marsh/agent container-init"
     };
+    // Commands run in bash when the host has it.
+    let shell = if std::path::Path::new("/bin/bash").exists() {
+        "/bin/bash"
+    } else {
+        "/bin/sh"
+    };
     for _ in 0..3 {
         let seen = run(&mut s, "ps -e -o args= | grep -v '^ps ' | sort");
         assert_eq!(
             stdout(&seen),
             format!(
-                "/bin/sh -c ps -e -o args= | grep -v '^ps ' | sort\n{init}\ngrep -v ^ps \nsort\n"
+                "{shell} -c ps -e -o args= | grep -v '^ps ' | sort\n{init}\ngrep -v ^ps \nsort\n"
             ),
             "{}",
             seen["stderr_text"]
