@@ -4,9 +4,15 @@ PREFIX    ?= $(HOME)/.marsh-dev
 DEMO_DIR  ?= /tmp/marsh-mcp-demo-$(shell id -u)
 BENCH_DIR ?= /tmp/marsh-mcp-bench-peers-$(shell id -u)
 PY_VENV   := target/py-venv
-# The peer `make bench-peers` measures against (unsandboxed, Python), in its own venv.
+# The peers `make bench-peers` measures against: Python ones in their own venv
+# (mcp-yieldshell unsandboxed, hares with bubblewrap per call), npm ones under
+# target/peers-npm (the Codex shell tool server and the Codex CLI of the same version,
+# whose executable is its `codex-linux-sandbox`).
 PEERS_VENV := target/peers-venv
-PEER_PY   := mcp-yieldshell==1.1.2
+PEER_PY   := mcp-yieldshell==1.1.2 hares==0.5.2
+PEERS_NPM := target/peers-npm
+PEER_NPM  := @openai/codex-shell-tool-mcp@0.97.0 @openai/codex@0.97.0
+CODEX_SANDBOX := $(PEERS_NPM)/node_modules/@openai/codex/vendor/x86_64-unknown-linux-musl/codex/codex
 MCP_PY    := mcp==2.3.0
 BINS      := marsh-mcp marsh marshd sbx
 # The test hooks (invocation log, failure/delay markers, SBX_SHIM_FAIL): only the test
@@ -53,7 +59,7 @@ prereqs:
 	@$(SHELL) tests/prereqs.sh $(PREREQS_FOR)
 
 # Every step of those goals waits for the check, also under `make -j`.
-lint build-debug $(PY_VENV)/bin/python $(NPM_STAMP) $(PEERS_VENV)/bin/mcp-yieldshell: | prereqs
+lint build-debug $(PY_VENV)/bin/python $(NPM_STAMP) $(PEERS_VENV)/bin/mcp-yieldshell $(PEERS_VENV)/bin/hares-mcp: | prereqs
 
 ## install: copy the release binaries into $(PREFIX)/bin (owner-only writable)
 install: build
@@ -124,18 +130,25 @@ bench:
 	$(CARGO) build --release --workspace --bins
 	$(CARGO) bench -p marsh-tests --bench serve --bench broker
 
-$(PEERS_VENV)/bin/mcp-yieldshell:
+$(PEERS_VENV)/bin/mcp-yieldshell $(PEERS_VENV)/bin/hares-mcp:
 	python3 -m venv $(PEERS_VENV)
-	$(PEERS_VENV)/bin/pip install --quiet --disable-pip-version-check '$(PEER_PY)'
+	$(PEERS_VENV)/bin/pip install --quiet --disable-pip-version-check $(PEER_PY)
 
-## bench-peers: marsh-mcp against mcp-yieldshell with the same clients (figures, not asserted)
-bench-peers: py-client $(PEERS_VENV)/bin/mcp-yieldshell
+$(PEERS_NPM)/codex-linux-sandbox:
+	npm install --silent --no-audit --no-fund --save-exact --prefix $(PEERS_NPM) $(PEER_NPM)
+	ln -sf $(abspath $(CODEX_SANDBOX)) $@
+
+## bench-peers: marsh-mcp against the Codex shell tool server, mcp-yieldshell and hares,
+## interleaved with one raw client (figures, not asserted)
+bench-peers: py-client $(PEERS_VENV)/bin/mcp-yieldshell $(PEERS_VENV)/bin/hares-mcp $(PEERS_NPM)/codex-linux-sandbox
 	$(CARGO) build --release --workspace --bins
 	rm -rf $(BENCH_DIR)
 	install -d -m 0700 $(BENCH_DIR) $(BENCH_DIR)/work
 	install -d -m 0755 $(BENCH_DIR)/prefix $(BENCH_DIR)/prefix/bin
 	for b in $(BINS); do install -m 0755 target/release/$$b $(BENCH_DIR)/prefix/bin/$$b; done
-	$(PY_VENV)/bin/python tests/clients/bench_peers.py $(BENCH_DIR)/prefix/bin $(PEERS_VENV)/bin/mcp-yieldshell $(BENCH_DIR)/work
+	$(PY_VENV)/bin/python tests/clients/bench_peers.py $(BENCH_DIR)/prefix/bin $(PEERS_VENV)/bin/mcp-yieldshell $(BENCH_DIR)/work \
+	  --codex-mcp $(PEERS_NPM)/node_modules/.bin/codex-shell-tool-mcp --codex-sandbox $(PEERS_NPM)/codex-linux-sandbox \
+	  --hares $(PEERS_VENV)/bin/hares-mcp
 
 clean:
 	$(CARGO) clean

@@ -1,16 +1,24 @@
 #!/usr/bin/env python3
-"""`make bench-peers`: marsh-mcp against an unsandboxed peer, with the same clients, in one run.
+"""`make bench-peers`: marsh-mcp against sandboxed and unsandboxed peers, one client, one run.
 
-Usage: bench_peers.py MARSH_BIN_DIR PEER_EXE WORKDIR [--calls N] [--warmup N] [--cold N]
+Usage: bench_peers.py MARSH_BIN_DIR PEER_EXE WORKDIR [--codex-mcp EXE --codex-sandbox EXE]
+                      [--hares EXE] [--calls N] [--warmup N] [--cold N]
 
 MARSH_BIN_DIR holds release `marsh-mcp`, `marsh`, `marshd`, `sbx`; PEER_EXE is the
 `mcp-yieldshell` 1.1.2 console script (it runs `sh -c` from Python asyncio, without a
 sandbox or receipts); WORKDIR is an empty private directory for workspaces and homes.
+The optional peers: `@openai/codex-shell-tool-mcp` 0.97.0 (`--codex-mcp`, its launcher)
+with the `codex-linux-sandbox` of `@openai/codex` 0.97.0 (`--codex-sandbox`), sent the
+`codex/sandbox-state/update` request the Codex client sends (workspace-write, the
+workspace the only writable root, no network, Landlock rather than bubblewrap); `hares`
+0.5.2 (`--hares`, bubblewrap per call, `HARES_RSS_POLL_INTERVAL_SEC=0.01`). Every server
+gets an empty `HOME`.
 
 Figures, printed and never asserted (the machines are noisy; quote ratios of one run):
-1. raw JSON-RPC client: `echo hello` round trips, the two servers interleaved A B A B
-   after a warm-up; p50/p90/p99 and the ratios marsh-mcp / peer;
-2. the PyPI `mcp` client (this venv's), same interleaving;
+1. raw JSON-RPC client: `echo hello` round trips, all servers interleaved A B C D after a
+   warm-up; p50/p90/p99, the ratios marsh-mcp / each peer, and each server's resident
+   memory (its whole process tree) after the run;
+2. the PyPI `mcp` client (this venv's), marsh-mcp and yieldshell interleaved;
 3. cold spawn -> `initialize` result, interleaved;
 4. the relay: a cheap read-only call (`scope_list`) through `connect` to the resident
    broker against `serve` on its own root; the p50 difference is what the relay adds.
@@ -59,12 +67,33 @@ class Raw:
             if msg.get("id") == rid:
                 return msg
 
-    def initialize(self):
+    def initialize(self, setup=None):
         reply = self.request("initialize", {"protocolVersion": PROTOCOL, "capabilities": {},
                                             "clientInfo": {"name": "bench-peers", "version": "0"}})
         self.proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
         self.proc.stdin.flush()
+        if setup is not None:
+            method, params = setup
+            answer = self.request(method, params)
+            if "result" not in answer:
+                raise RuntimeError(f"{method} failed: {answer}")
         return reply
+
+    def tree_rss_kib(self):
+        """Resident memory of the server and every descendant, in KiB."""
+        total, pending = 0, [self.proc.pid]
+        while pending:
+            pid = pending.pop()
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmRSS:"):
+                            total += int(line.split()[1])
+                with open(f"/proc/{pid}/task/{pid}/children") as f:
+                    pending.extend(int(c) for c in f.read().split())
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+        return total
 
     def close(self):
         self.proc.stdin.close()
@@ -76,9 +105,11 @@ class Raw:
 
 
 class Target:
-    def __init__(self, name, argv, env, cwd, tool, arguments, expect):
+    def __init__(self, name, argv, env, cwd, tool, arguments, expect, setup=None):
         self.name, self.argv, self.env, self.cwd = name, argv, env, cwd
         self.tool, self.arguments, self.expect = tool, arguments, expect
+        # A request sent after `initialize` (the Codex client's sandbox state).
+        self.setup = setup
 
     def check(self, result):
         text = json.dumps(result)
@@ -105,32 +136,37 @@ def table(title, names, times):
     print(f"  {'server':<34} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8}")
     for name, t in zip(names, times):
         print(f"  {name:<34} {pct(t, .5)*1e3:>8.3f} {pct(t, .9)*1e3:>8.3f} {pct(t, .99)*1e3:>8.3f}")
-    if len(times) == 2:
-        a, b = times
-        print(f"  {'ratio (first / second)':<34} {pct(a, .5)/pct(b, .5):>8.2f} "
-              f"{pct(a, .9)/pct(b, .9):>8.2f} {pct(a, .99)/pct(b, .99):>8.2f}")
+    first = times[0]
+    for name, other in zip(names[1:], times[1:]):
+        label = f"ratio {names[0].split()[0]} / {name.split()[0]}"
+        print(f"  {label:<34} {pct(first, .5)/pct(other, .5):>8.2f} "
+              f"{pct(first, .9)/pct(other, .9):>8.2f} {pct(first, .99)/pct(other, .99):>8.2f}")
 
 
 def raw_interleaved(targets, calls, warmup):
     """Per-target seconds of `calls` raw `tools/call`s, interleaved after a warm-up."""
     clients = [Raw(t.argv, t.env, t.cwd) for t in targets]
-    for c in clients:
-        c.initialize()
+    for c, t in zip(clients, targets):
+        c.initialize(t.setup)
 
     def call(i, t):
         reply = clients[i].request("tools/call", {"name": t.tool, "arguments": t.arguments})
         t.check(reply.get("result"))
 
     times = interleaved(targets, calls, warmup, call)
+    rss = [c.tree_rss_kib() for c in clients]
     for c in clients:
         c.close()
-    return times
+    return times, rss
 
 
 def raw_round_trips(targets, calls, warmup):
-    times = raw_interleaved(targets, calls, warmup)
+    times, rss = raw_interleaved(targets, calls, warmup)
     table(f"raw JSON-RPC client: {calls} calls each after {warmup} warm-up, interleaved",
           [t.name for t in targets], times)
+    print("  resident memory after the run (server process tree, MB):")
+    for t, kib in zip(targets, rss):
+        print(f"    {t.name:<32} {kib / 1024:>8.1f}")
 
 
 def cold_starts(targets, n):
@@ -139,7 +175,7 @@ def cold_starts(targets, n):
         for i, t in enumerate(targets):
             start = time.perf_counter()
             c = Raw(t.argv, t.env, t.cwd)
-            reply = c.initialize()
+            reply = c.initialize(t.setup)
             times[i].append(time.perf_counter() - start)
             if "result" not in reply:
                 raise RuntimeError(f"{t.name}: initialize failed: {reply}")
@@ -197,7 +233,7 @@ def relay(bin_dir, work, env, calls, warmup):
             Target("serve direct (scope_list)", [marsh_mcp, "serve", "--scope-root", direct_root] + common,
                    env, workspace, "scope_list", {}, '"ok": true'),
         ]
-        times = raw_interleaved(targets, calls, warmup)
+        times, _ = raw_interleaved(targets, calls, warmup)
         table(f"relay: {calls} scope_list calls each, interleaved", [t.name for t in targets], times)
         added = (pct(times[0], .5) - pct(times[1], .5)) * 1e6
         print(f"  the relay adds {added:.0f} us at p50")
@@ -211,6 +247,9 @@ def main():
     ap.add_argument("bin_dir")
     ap.add_argument("peer")
     ap.add_argument("work")
+    ap.add_argument("--codex-mcp")
+    ap.add_argument("--codex-sandbox")
+    ap.add_argument("--hares")
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--cold", type=int, default=10)
@@ -220,10 +259,13 @@ def main():
     work = opts.work
     ws_marsh = os.path.join(work, "ws-marsh")
     ws_peer = os.path.join(work, "ws-peer")
+    ws_codex = os.path.join(work, "ws-codex")
+    ws_hares = os.path.join(work, "ws-hares")
     home = os.path.join(work, "home")
-    for d in (ws_marsh, ws_peer):
+    empty_home = os.path.join(work, "empty-home")
+    for d in (ws_marsh, ws_peer, ws_codex, ws_hares, empty_home):
         os.makedirs(d, exist_ok=True)
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": empty_home,
            "SBX_SHIM_STATE": os.path.join(work, "sbx-state.json"),
            "XDG_RUNTIME_DIR": os.path.join(work, "run")}
     os.makedirs(env["XDG_RUNTIME_DIR"], mode=0o700, exist_ok=True)
@@ -234,11 +276,25 @@ def main():
                    env, ws_marsh, "shell_run", {"command": "echo hello"}, "hello")
     peer = Target("mcp-yieldshell 1.1.2 (unsandboxed)", [opts.peer], peer_env, ws_peer, "execute",
                   {"command": "echo hello", "side_effects": ["NONE"], "cwd": ws_peer}, "hello")
-    targets = [marsh, peer]
+    targets = [marsh]
+    if opts.codex_mcp and opts.codex_sandbox:
+        state = {"sandboxPolicy": {"type": "workspace-write", "writable_roots": [ws_codex],
+                                   "network_access": False, "exclude_tmpdir_env_var": False,
+                                   "exclude_slash_tmp": False},
+                 "codexLinuxSandboxExe": os.path.abspath(opts.codex_sandbox),
+                 "sandboxCwd": ws_codex, "useLinuxSandboxBwrap": False}
+        targets.append(Target("codex-shell-tool-mcp 0.97.0 (landlock)", [os.path.abspath(opts.codex_mcp)],
+                              env, ws_codex, "shell", {"command": "echo hello", "workdir": ws_codex},
+                              "hello", setup=("codex/sandbox-state/update", state)))
+    targets.append(peer)
+    if opts.hares:
+        targets.append(Target("hares 0.5.2 (bwrap per call)", [os.path.abspath(opts.hares)],
+                              dict(env, HARES_RSS_POLL_INTERVAL_SEC="0.01"), ws_hares, "execute_command",
+                              {"command": "echo hello", "cwd": ws_hares}, "hello"))
     print(f"marsh-mcp from {opts.bin_dir}; peer {opts.peer}; {os.cpu_count()} CPUs")
     try:
         raw_round_trips(targets, opts.calls, opts.warmup)
-        asyncio.run(sdk_round_trips(targets, opts.calls, opts.warmup))
+        asyncio.run(sdk_round_trips([marsh, peer], opts.calls, opts.warmup))
         cold_starts(targets, opts.cold)
         relay(opts.bin_dir, work, env, opts.calls, opts.warmup)
     finally:
