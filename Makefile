@@ -53,13 +53,13 @@ build-debuginfo:
 ## prereqs: before anything is built for `make demo`/`make test` (and bench-peers), check for
 ## bubblewrap, python3 with venv and (test) npm; as root install the missing ones with
 ## apt-get, otherwise stop with the command to run
-demo bench-peers: PREREQS_FOR := demo
-test: PREREQS_FOR := test
+demo: PREREQS_FOR := demo
+test bench-peers: PREREQS_FOR := test
 prereqs:
 	@$(SHELL) tests/prereqs.sh $(PREREQS_FOR)
 
 # Every step of those goals waits for the check, also under `make -j`.
-lint build-debug $(PY_VENV)/bin/python $(NPM_STAMP) $(PEERS_VENV)/bin/mcp-yieldshell $(PEERS_VENV)/bin/hares-mcp: | prereqs
+lint build-debug $(PY_VENV)/bin/python $(NPM_STAMP) $(PEERS_VENV)/bin/mcp-yieldshell $(PEERS_VENV)/bin/hares-mcp $(PEERS_NPM)/codex-linux-sandbox: | prereqs
 
 ## install: copy the release binaries into $(PREFIX)/bin (owner-only writable)
 install: build
