@@ -100,10 +100,22 @@ impl Home {
     pub fn kits_dir(&self) -> PathBuf {
         self.root.join("kits")
     }
-    /// What the project shell's jobs see as their `HOME` (owner-only): kept across
-    /// commands, stops and resets, removed with the home. The only part of the home a
-    /// job ever sees; settings, receipts and the daemon's files stay outside it.
+    /// The owner-only directory holding [`Home::guest_home`], never mounted into a
+    /// sandbox: whatever mode a job gives its `HOME` (a job may `chmod 755 ~`), no
+    /// other host user passes this one to reach what the job left there (a set-id
+    /// file made by a root server's job, say).
+    pub fn guest_dir(&self) -> PathBuf {
+        self.root.join("guest")
+    }
+    /// What the project shell's jobs see as their `HOME`: kept across commands, stops
+    /// and resets, removed with the home. The only part of the home a job ever sees;
+    /// settings, receipts and the daemon's files stay outside it.
     pub fn guest_home(&self) -> PathBuf {
+        self.guest_dir().join("home")
+    }
+    /// Where an earlier layout kept the guest `HOME` (directly in the home, with no
+    /// directory of its own around it); moved to [`Home::guest_home`] at boot.
+    pub fn legacy_guest_home(&self) -> PathBuf {
         self.root.join("guest-home")
     }
 }

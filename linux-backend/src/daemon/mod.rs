@@ -219,7 +219,7 @@ fn configure(home: Home, workspace: &Path) -> Result<Config> {
         isolation,
         exposed,
     } = backend::assess(&home, user_home.as_ref(), Some(&workspace))?;
-    ensure_private_dir(&home.guest_home())?;
+    prepare_guest_home(&home)?;
     let confinement = Confinement::new(&backend, Limits::establish(&backend), &isolation)?;
     let setid_guard = match isolation {
         Isolation::Bwrap(_) => SetIdGuard::start(),
@@ -365,6 +365,26 @@ impl Daemon {
 }
 
 /// Removes the temp files (`.NAME.RANDOM.tmp`) a killed daemon may have left in `dir`.
+/// Makes the owner-only [`Home::guest_dir`] and the guest `HOME` inside it, moving a
+/// guest `HOME` of the earlier layout there first (a rename within the home: nothing
+/// is copied, and a crash leaves either layout whole for the next boot to finish).
+fn prepare_guest_home(home: &Home) -> Result<()> {
+    ensure_private_dir(&home.guest_dir())?;
+    let legacy = home.legacy_guest_home();
+    let guest_home = home.guest_home();
+    let legacy_is_dir = fs::symlink_metadata(&legacy).is_ok_and(|m| m.file_type().is_dir());
+    if legacy_is_dir && fs::symlink_metadata(&guest_home).is_err() {
+        fs::rename(&legacy, &guest_home).context(|| {
+            format!(
+                "moving the guest HOME {} to {}",
+                legacy.display(),
+                guest_home.display()
+            )
+        })?;
+    }
+    ensure_private_dir(&guest_home)
+}
+
 fn remove_stale_temp_files(dir: &Path) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
@@ -374,6 +394,31 @@ fn remove_stale_temp_files(dir: &Path) {
         let name = name.to_string_lossy();
         if name.starts_with('.') && name.ends_with(".tmp") {
             let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn the_guest_home_sits_in_an_owner_only_directory_and_an_earlier_one_moves_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = Home::at(dir.path());
+        fs::create_dir(home.legacy_guest_home()).unwrap();
+        fs::write(home.legacy_guest_home().join(".bashrc"), "kept").unwrap();
+        prepare_guest_home(&home).unwrap();
+        assert!(!home.legacy_guest_home().exists());
+        let kept = fs::read_to_string(home.guest_home().join(".bashrc")).unwrap();
+        assert_eq!(kept, "kept");
+        // A job may open up its HOME; the directory around it stays closed.
+        fs::set_permissions(home.guest_home(), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(home.guest_dir(), fs::Permissions::from_mode(0o755)).unwrap();
+        prepare_guest_home(&home).unwrap();
+        for dir in [home.guest_dir(), home.guest_home()] {
+            assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700, "{dir:?}");
         }
     }
 }

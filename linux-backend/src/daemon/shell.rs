@@ -323,10 +323,13 @@ fn spawn_agent(cfg: &Config) -> Result<(Child, SeqPacket, AgentDirs)> {
                 at,
                 backing: Some(&guest_home),
             });
-            if let Some(JobHome { at, .. }) = job_home {
+            if let Some(JobHome { at, .. }) = job_home
+                && sandbox::home_is_mountable(at)
+                && sandbox::home_is_backable(at)
+            {
                 // No job of this scope runs while its shell starts (see `guest_home`).
                 let mut targets: Vec<&Path> = vec![&cfg.workspace];
-                targets.extend(cfg.exposed.dirs.iter().map(PathBuf::as_path));
+                targets.extend(cfg.exposed.dirs.iter().map(|d| d.at.as_path()));
                 sandbox::prepare_mount_points(&guest_home, at, &targets)?;
             }
             let layout = Layout {

@@ -3,9 +3,11 @@
 //! `PATH` entries of the `path` setting.
 //!
 //! Invariants, checked at every boot (and by `status` without a daemon):
-//! - an exposed directory appears at its own canonical path, read-only, so tools that
-//!   find themselves through `$HOME` (rustup, pyenv, nvm) work unchanged: the guest
-//!   `HOME` has the host home's path;
+//! - an exposed directory appears read-only at the path its entry names (`~/` being
+//!   the caller's `HOME`, which is also the guest `HOME`'s path), whatever links lead
+//!   from there to the directory on the host, so tools that find themselves through
+//!   `$HOME` (rustup, pyenv, nvm) work unchanged; what is bound is the directory the
+//!   entry resolved to at boot;
 //! - never exposed: `/`, a home or any ancestor of one, a directory under or above one
 //!   of the home's secret directories ([`SECRET_DIR_NAMES`], [`SECRET_HOME_SUBDIRS`]),
 //!   the kernel and runtime trees ([`REFUSED_TREES`]), the shared scratch directories,
@@ -13,7 +15,10 @@
 //!   scope root (settings, receipts, tokens);
 //! - inside an exposed directory, down to [`SCAN_DEPTH`] levels, files with a known
 //!   secret name ([`is_secret_file`]), directories with a secret name and sockets are
-//!   covered (an empty read-only file or tmpfs), as they are when present at boot.
+//!   covered (an empty read-only file or tmpfs), as they are when present at boot, and
+//!   so is the file a secret-named link there leads to when it lies in any exposed
+//!   directory; a cover is placed wherever a job sees the covered file (every exposed
+//!   directory holding it).
 //!
 //! Rejected alternative: a full walk of every exposed tree. A rustup home holds over
 //! 120,000 entries (0.25 s warm, 1.5 s cold per boot); the secrets a person keeps next
@@ -64,12 +69,21 @@ const SCAN_LIMIT: usize = 20_000;
 /// What the settings expose, resolved and checked.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Exposed {
-    /// Canonical host directories, each bound read-only at the same path.
-    pub dirs: Vec<PathBuf>,
-    /// What is covered inside them.
+    /// Bound read-only in this order; no two share an `at`.
+    pub dirs: Vec<ExposedDir>,
+    /// What is covered inside them, at the paths jobs see.
     pub hidden: Vec<Hidden>,
     /// Directories put first on the job's `PATH`, in order.
     pub path: Vec<PathBuf>,
+}
+
+/// One exposed directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExposedDir {
+    /// The host directory, canonical.
+    pub source: PathBuf,
+    /// Where jobs see it: the entry as written, `~/` expanded (absolute, normal).
+    pub at: PathBuf,
 }
 
 /// What an exposed directory must stay clear of.
@@ -81,6 +95,14 @@ pub struct Keep<'a> {
     pub workspace: Option<&'a Path>,
 }
 
+/// A file or directory to cover, by its canonical host path.
+enum Secret {
+    File(PathBuf),
+    Dir(PathBuf),
+    /// Where a secret-named link leads: covered only if some exposed directory holds it.
+    LinkTarget(PathBuf),
+}
+
 impl Exposed {
     /// Resolves `config.expose` and `config.path`; every refusal is
     /// [`Error::Backend`] naming the entry as written.
@@ -90,34 +112,37 @@ impl Exposed {
         keep: &Keep<'_>,
     ) -> Result<Self> {
         let mut exposed = Exposed::default();
+        let mut secrets = Vec::new();
         let mut budget = SCAN_LIMIT;
+        let fenced = Fenced::of(keep);
         for entry in &config.expose {
             let refuse =
                 |why: String| Error::Backend(format!("backend setting expose: {entry:?} {why}"));
-            let path = config::expand_entry(entry, user_home)
+            let at = config::expand_entry(entry, user_home)
                 .ok_or_else(|| refuse("starts with ~/ but the caller has no HOME".into()))?;
             // As written first (a secret directory is refused whether or not it
             // exists), then as resolved (a link may lead into one).
-            if let Some(why) = refusal(&path, keep) {
+            if let Some(why) = refusal(&at, &fenced) {
                 return Err(refuse(why));
             }
-            let dir = fs::canonicalize(&path)
+            let source = fs::canonicalize(&at)
                 .map_err(|e| refuse(format!("cannot be resolved: {}", e.kind())))?;
-            if !dir.is_dir() {
+            if !source.is_dir() {
                 return Err(refuse("is not a directory".into()));
             }
-            if let Some(why) = refusal(&dir, keep) {
+            if let Some(why) = refusal(&source, &fenced) {
                 return Err(refuse(why));
             }
-            scan(&dir, &dir, 1, &mut budget, &mut exposed.hidden).map_err(|()| {
+            scan(&source, 1, &mut budget, &mut secrets).map_err(|()| {
                 refuse(format!(
                     "holds more than {SCAN_LIMIT} entries within {SCAN_DEPTH} levels; expose a narrower directory"
                 ))
             })?;
-            if !exposed.dirs.contains(&dir) {
-                exposed.dirs.push(dir);
+            if !exposed.dirs.iter().any(|d| d.at == at) {
+                exposed.dirs.push(ExposedDir { source, at });
             }
         }
+        exposed.hidden = covers(&exposed.dirs, &secrets);
         for entry in &config.path {
             let dir = config::expand_entry(entry, user_home).ok_or_else(|| {
                 Error::Backend(format!(
@@ -130,8 +155,68 @@ impl Exposed {
     }
 }
 
-/// Why `dir` (canonical) may not be exposed, if it may not.
-fn refusal(dir: &Path, keep: &Keep<'_>) -> Option<String> {
+/// The covers of `secrets`, at every place a job sees them.
+fn covers(dirs: &[ExposedDir], secrets: &[Secret]) -> Vec<Hidden> {
+    let mut hidden = Vec::new();
+    for secret in secrets {
+        let (path, is_dir) = match secret {
+            Secret::File(p) | Secret::LinkTarget(p) => (p, false),
+            Secret::Dir(p) => (p, true),
+        };
+        for dir in dirs {
+            let Ok(rest) = path.strip_prefix(&dir.source) else {
+                continue;
+            };
+            let at = dir.at.join(rest);
+            let cover = if is_dir {
+                Hidden::Dir(at)
+            } else {
+                Hidden::File(at)
+            };
+            if !hidden.contains(&cover) {
+                hidden.push(cover);
+            }
+        }
+    }
+    hidden
+}
+
+/// The places an exposed directory must stay clear of, each as written and, where it
+/// resolves, as resolved (a home's `.ssh` may be a link to a directory elsewhere).
+struct Fenced<'a> {
+    homes: Vec<PathBuf>,
+    secret_dirs: Vec<PathBuf>,
+    keep: &'a Keep<'a>,
+}
+
+impl<'a> Fenced<'a> {
+    fn of(keep: &'a Keep<'a>) -> Self {
+        let with_resolved = |paths: &mut Vec<PathBuf>, path: PathBuf| {
+            if let Ok(resolved) = fs::canonicalize(&path)
+                && resolved != path
+            {
+                paths.push(resolved);
+            }
+            paths.push(path);
+        };
+        let mut homes = Vec::new();
+        let mut secret_dirs = Vec::new();
+        for home in &keep.homes {
+            with_resolved(&mut homes, home.clone());
+            for name in SECRET_DIR_NAMES.iter().chain(&SECRET_HOME_SUBDIRS) {
+                with_resolved(&mut secret_dirs, home.join(name));
+            }
+        }
+        Fenced {
+            homes,
+            secret_dirs,
+            keep,
+        }
+    }
+}
+
+/// Why `dir` (as written or canonical) may not be exposed, if it may not.
+fn refusal(dir: &Path, fenced: &Fenced<'_>) -> Option<String> {
     let overlaps = |other: &Path| dir.starts_with(other) || other.starts_with(dir);
     if dir == Path::new("/") || REFUSED_DIRS.iter().any(|d| dir == Path::new(d)) {
         return Some("is too broad: expose the toolchain's own directory".into());
@@ -139,30 +224,33 @@ fn refusal(dir: &Path, keep: &Keep<'_>) -> Option<String> {
     if REFUSED_TREES.iter().any(|t| dir.starts_with(t)) {
         return Some("lies in a system tree that is never exposed".into());
     }
-    for home in &keep.homes {
-        if home.starts_with(dir) {
-            return Some("is a home or holds one: expose the toolchain's own directory".into());
-        }
-        let mut secret = SECRET_DIR_NAMES.iter().chain(&SECRET_HOME_SUBDIRS);
-        if secret.any(|s| overlaps(&home.join(s))) {
-            return Some("is or holds a directory of credentials, which is never exposed".into());
-        }
+    if fenced.homes.iter().any(|home| home.starts_with(dir)) {
+        return Some("is a home or holds one: expose the toolchain's own directory".into());
     }
-    if keep.marsh.iter().any(|m| overlaps(m)) {
+    if fenced.secret_dirs.iter().any(|s| overlaps(s)) {
+        return Some(
+            "is under, is or holds a directory of credentials, which is never exposed".into(),
+        );
+    }
+    if fenced.keep.marsh.iter().any(|m| overlaps(m)) {
         return Some("overlaps the marsh home or scope root, which jobs never see".into());
     }
-    if keep.workspace.is_some_and(overlaps) {
+    if fenced.keep.workspace.is_some_and(overlaps) {
         return Some("overlaps the workspace, which jobs see writable already".into());
     }
     None
 }
 
 /// Whether a file name is a known credential: cargo's `credentials[.toml]`, netrc,
-/// git's credential store, npm/PyPI/PostgreSQL tokens, SSH private keys, cloud CLI
-/// credential stores.
+/// git's credential store, npm/Yarn/PyPI/PostgreSQL/Vault tokens, SSH private keys,
+/// cloud CLI credential stores (gcloud, s3cmd, boto).
 pub fn is_secret_file(name: &str) -> bool {
-    const NAMES: [&str; 9] = [
+    const NAMES: [&str; 13] = [
         ".netrc",
+        ".vault-token",
+        ".s3cfg",
+        ".boto",
+        ".yarnrc.yml",
         "_netrc",
         ".git-credentials",
         ".npmrc",
@@ -180,14 +268,14 @@ pub fn is_secret_file(name: &str) -> bool {
             .is_some_and(|rest| KEY_KINDS.iter().any(|k| rest.starts_with(k)))
 }
 
-/// Covers secrets under `dir` of the exposed tree `root` (at `depth`, 1 = its entries); `Err` when the budget
-/// of entries runs out. A covered directory is not descended into.
+/// Collects the secrets under `dir` of an exposed tree (at `depth`, 1 = its
+/// entries); `Err` when the budget of entries runs out. A secret directory is not
+/// descended into.
 fn scan(
-    root: &Path,
     dir: &Path,
     depth: usize,
     budget: &mut usize,
-    found: &mut Vec<Hidden>,
+    found: &mut Vec<Secret>,
 ) -> std::result::Result<(), ()> {
     let Ok(entries) = fs::read_dir(dir) else {
         return Ok(());
@@ -202,24 +290,22 @@ fn scan(
         let name = name.to_string_lossy();
         if kind.is_dir() {
             if SECRET_DIR_NAMES.contains(&name.as_ref()) {
-                found.push(Hidden::Dir(path));
+                found.push(Secret::Dir(path));
             } else if depth < SCAN_DEPTH {
-                scan(root, &path, depth + 1, budget, found)?;
+                scan(&path, depth + 1, budget, found)?;
             }
         } else if kind.is_symlink() {
-            // A cover is mounted where the link leads (bubblewrap follows it): cover
-            // a secret-named link's target when it lies in this exposed tree. A target
-            // elsewhere shows whatever the sandbox shows at that path (nothing of the
-            // host's home unless exposed, where it is checked by its own name).
+            // A job following the link reads its target: cover the target when an
+            // exposed directory shows it (a target elsewhere shows whatever the
+            // sandbox shows at that path, nothing of the host's home unless exposed).
             if is_secret_file(&name)
                 && let Ok(target) = fs::canonicalize(&path)
-                && target.starts_with(root)
                 && target.is_file()
             {
-                found.push(Hidden::File(target));
+                found.push(Secret::LinkTarget(target));
             }
         } else if kind.is_socket() || is_secret_file(&name) {
-            found.push(Hidden::File(path));
+            found.push(Secret::File(path));
         }
     }
     Ok(())
@@ -244,6 +330,10 @@ mod tests {
             "credentials",
             "credentials.toml",
             ".netrc",
+            ".vault-token",
+            ".s3cfg",
+            ".boto",
+            ".yarnrc.yml",
             "id_ed25519",
             "id_rsa.pub",
             ".npmrc",
@@ -283,8 +373,13 @@ mod tests {
             &keep,
         )
         .unwrap();
-        let tool = fs::canonicalize(&tool).unwrap();
-        assert_eq!(exposed.dirs, std::slice::from_ref(&tool));
+        assert_eq!(
+            exposed.dirs,
+            [ExposedDir {
+                source: fs::canonicalize(&tool).unwrap(),
+                at: tool.clone(),
+            }]
+        );
         assert_eq!(exposed.path, [home.join(".cargo/bin")]);
         let mut hidden = exposed.hidden.clone();
         hidden.sort_by_key(|h| format!("{h:?}"));
@@ -331,5 +426,76 @@ mod tests {
         assert!(refused(&whole_home).contains("home"));
         assert!(Exposed::resolve(&config(&["~/tools"], &[]), Some(&home), &keep).is_ok());
         assert!(Exposed::resolve(&config(&["~/tools"], &[]), None, &keep).is_err());
+    }
+
+    #[test]
+    fn a_linked_toolchain_is_seen_at_its_written_path_with_covers_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = fs::canonicalize(dir.path()).unwrap();
+        let home = base.join("home");
+        let real = base.join("disk/rustup");
+        fs::create_dir_all(&home).unwrap();
+        fs::create_dir_all(real.join("toolchains")).unwrap();
+        fs::write(real.join("credentials.toml"), "token").unwrap();
+        std::os::unix::fs::symlink(&real, home.join(".rustup")).unwrap();
+        let keep = Keep {
+            homes: vec![home.clone()],
+            marsh: vec![],
+            workspace: None,
+        };
+        let exposed = Exposed::resolve(&config(&["~/.rustup"], &[]), Some(&home), &keep).unwrap();
+        assert_eq!(
+            exposed.dirs,
+            [ExposedDir {
+                source: real,
+                at: home.join(".rustup"),
+            }]
+        );
+        assert_eq!(
+            exposed.hidden,
+            [Hidden::File(home.join(".rustup/credentials.toml"))]
+        );
+    }
+
+    #[test]
+    fn a_secret_named_link_into_another_exposed_tree_is_covered_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = fs::canonicalize(dir.path()).unwrap();
+        let (one, two) = (base.join("one"), base.join("two"));
+        fs::create_dir_all(&one).unwrap();
+        fs::create_dir_all(&two).unwrap();
+        fs::write(two.join("token-store"), "secret").unwrap();
+        std::os::unix::fs::symlink(two.join("token-store"), one.join(".netrc")).unwrap();
+        let keep = Keep {
+            homes: vec![],
+            marsh: vec![],
+            workspace: None,
+        };
+        let entries = [one.to_str().unwrap(), two.to_str().unwrap()];
+        let exposed = Exposed::resolve(&config(&entries, &[]), None, &keep).unwrap();
+        assert_eq!(exposed.hidden, [Hidden::File(two.join("token-store"))]);
+        let alone = Exposed::resolve(&config(&entries[..1], &[]), None, &keep).unwrap();
+        assert_eq!(alone.hidden, []);
+    }
+
+    #[test]
+    fn a_directory_a_homes_secret_directory_links_to_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = fs::canonicalize(dir.path()).unwrap();
+        let home = base.join("home");
+        let keys = base.join("vault/keys");
+        fs::create_dir_all(&home).unwrap();
+        fs::create_dir_all(keys.join("inner")).unwrap();
+        std::os::unix::fs::symlink(&keys, home.join(".ssh")).unwrap();
+        let keep = Keep {
+            homes: vec![home.clone()],
+            marsh: vec![],
+            workspace: None,
+        };
+        for entry in [keys.clone(), keys.join("inner"), base.join("vault")] {
+            let err = Exposed::resolve(&config(&[entry.to_str().unwrap()], &[]), None, &keep)
+                .unwrap_err();
+            assert!(err.to_string().contains("credentials"), "{entry:?}: {err}");
+        }
     }
 }

@@ -9,12 +9,13 @@
 //! starts, while no job of this scope runs, every mount point under the guest `HOME`
 //! is made a real directory, walking by descriptor with `O_NOFOLLOW` from the backing
 //! directory: a missing component is created, anything else that is not a directory
-//! (a link, a file) is renamed aside to `NAME.displaced-<unix seconds>` first.
+//! (a link, a file) is renamed aside to `NAME.displaced-<unix seconds>-<inode>` first.
 //!
 //! A job may leave a set-id file there (bubblewrap binds with `nosuid`, which holds
-//! inside the sandbox only). Unlike the workspace, which the set-id guard covers, the
-//! guest `HOME` lies inside the owner-only marsh home, so no other host user can reach
-//! such a file to run it.
+//! inside the sandbox only), and may change its `HOME`'s mode. Unlike the workspace,
+//! which the set-id guard covers, the guest `HOME` lies inside
+//! [`crate::home::Home::guest_dir`], owner-only and never mounted, so no other host
+//! user can reach such a file to run it.
 //!
 //! Rejected alternative: refusing the boot instead. Only a person on the host could
 //! then repair the scope, while what is renamed aside stays in the guest `HOME`.

@@ -345,7 +345,13 @@ fn bwrap_args(
         sizes.run.to_string(),
         sizes.shm.to_string(),
     );
-    let home = layout.job_home.filter(|h| home_is_mountable(h.at));
+    let home = layout
+        .job_home
+        .filter(|h| home_is_mountable(h.at))
+        .map(|h| match h.backing {
+            Some(_) if !home_is_backable(h.at) => JobHome { backing: None, ..h },
+            _ => h,
+        });
     let home_tmpfs = home
         .filter(|h| h.backing.is_none())
         .map(|h| (sizes.home.to_string(), h.at.as_os_str()));
@@ -374,7 +380,11 @@ fn bwrap_args(
     }
     if let Some(exposed) = layout.exposed {
         for dir in &exposed.dirs {
-            push(&["--ro-bind".as_ref(), dir.as_os_str(), dir.as_os_str()]);
+            push(&[
+                "--ro-bind".as_ref(),
+                dir.source.as_os_str(),
+                dir.at.as_os_str(),
+            ]);
         }
         for hidden in &exposed.hidden {
             push(&hidden.cover_args());
@@ -440,6 +450,17 @@ pub fn home_is_mountable(home: &Path) -> bool {
             .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
         && home != Path::new("/")
         && !RESERVED_PREFIXES.iter().any(|p| home.starts_with(p))
+}
+
+/// A mountable job home can also be backed by a kept directory when no fixed file of
+/// the sandbox is mounted at or under it after it (`/run/marsh/agent`, the guard's
+/// `/run/marsh-guard-exec`): bubblewrap would create those mount points in a directory
+/// jobs wrote, following any link a job left there. Such a home is a private tmpfs.
+pub fn home_is_backable(home: &Path) -> bool {
+    let fixed = [Path::new(SANDBOX_AGENT_DIR), Path::new(SANDBOX_GUARD_EXEC)];
+    !fixed
+        .iter()
+        .any(|f| f.starts_with(home) || home.starts_with(f))
 }
 
 /// The fixed job environment: `PATH` (with `dirs` first, in order: the shell's own
@@ -542,6 +563,18 @@ mod tests {
     use super::*;
     use crate::proto::Bytes;
 
+    /// The bubblewrap arguments of `layout` (default settings, unconfined limits), as
+    /// text.
+    fn args_of(layout: &Layout<'_>) -> Vec<String> {
+        let config = BackendConfig::default();
+        let confinement =
+            Confinement::new(&config, Limits::rlimits(&config), &Isolation::Unconfined).unwrap();
+        bwrap_args(&confinement, layout, 9, &[], &["true".into()])
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
     fn var(name: &str, value: &str) -> EnvVar {
         EnvVar {
             name: Bytes(name.as_bytes().to_vec()),
@@ -599,15 +632,49 @@ mod tests {
         assert!(!home_is_mountable(Path::new("/usr/x")));
         assert!(!home_is_mountable(Path::new("rel")));
         assert!(!home_is_mountable(Path::new("/home/../etc")));
+        assert!(home_is_backable(Path::new("/root")));
+        assert!(home_is_backable(Path::new("/run/user/0")));
+        assert!(home_is_backable(Path::new("/tmp")));
+        for fixed in [
+            "/run",
+            "/run/marsh",
+            "/run/marsh/x",
+            "/run/marsh-guard-exec",
+        ] {
+            assert!(!home_is_backable(Path::new(fixed)), "{fixed}");
+        }
+    }
+
+    #[test]
+    fn a_home_holding_the_shells_fixed_files_is_a_tmpfs_not_the_guest_home() {
+        let layout = Layout {
+            role: Role::Shell,
+            workspace: Path::new("/w"),
+            job_home: Some(JobHome {
+                at: Path::new("/run"),
+                backing: Some(Path::new("/m/home/guest/home")),
+            }),
+            exposed: None,
+            hostname: "h",
+            ro_files: vec![],
+            pass_fds: vec![],
+        };
+        let text = args_of(&layout);
+        assert!(!text.iter().any(|a| a == "/m/home/guest/home"), "{text:?}");
+        let run_tmpfs = text
+            .windows(2)
+            .filter(|w| w[0] == "--tmpfs" && w[1] == "/run")
+            .count();
+        assert_eq!(run_tmpfs, 2, "{text:?}");
     }
 
     #[test]
     fn the_shell_home_is_the_guest_home_and_exposed_dirs_follow_it_read_only() {
-        let config = BackendConfig::default();
-        let confinement =
-            Confinement::new(&config, Limits::rlimits(&config), &Isolation::Unconfined).unwrap();
         let exposed = Exposed {
-            dirs: vec!["/root/.rustup".into()],
+            dirs: vec![exposed::ExposedDir {
+                source: "/opt/rustup".into(),
+                at: "/root/.rustup".into(),
+            }],
             hidden: vec![hidden::Hidden::File(
                 "/root/.rustup/credentials.toml".into(),
             )],
@@ -618,24 +685,21 @@ mod tests {
             workspace: Path::new("/root/w"),
             job_home: Some(JobHome {
                 at: Path::new("/root"),
-                backing: Some(Path::new("/m/home/guest-home")),
+                backing: Some(Path::new("/m/home/guest/home")),
             }),
             exposed: Some(&exposed),
             hostname: "h",
             ro_files: vec![],
             pass_fds: vec![],
         };
-        let text: Vec<String> = bwrap_args(&confinement, &layout, 9, &[], &["true".into()])
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let text = args_of(&layout);
         let at = |needle: &[&str]| {
             text.windows(needle.len())
                 .position(|w| w == needle)
                 .unwrap_or_else(|| panic!("{needle:?} in {text:?}"))
         };
-        let home = at(&["--bind", "/m/home/guest-home", "/root"]);
-        let tool = at(&["--ro-bind", "/root/.rustup", "/root/.rustup"]);
+        let home = at(&["--bind", "/m/home/guest/home", "/root"]);
+        let tool = at(&["--ro-bind", "/opt/rustup", "/root/.rustup"]);
         let cover = at(&["--ro-bind", "/dev/null", "/root/.rustup/credentials.toml"]);
         let ws = at(&["--bind", "/root/w", "/root/w"]);
         assert!(home < tool && tool < cover && cover < ws, "{text:?}");
@@ -648,9 +712,6 @@ mod tests {
 
     #[test]
     fn layout_binds_only_the_workspace_writable() {
-        let config = BackendConfig::default();
-        let confinement =
-            Confinement::new(&config, Limits::rlimits(&config), &Isolation::Unconfined).unwrap();
         let layout = Layout {
             role: Role::Kit,
             workspace: Path::new("/w"),
@@ -663,11 +724,7 @@ mod tests {
             ro_files: vec![],
             pass_fds: vec![],
         };
-        let args = bwrap_args(&confinement, &layout, 9, &[], &["true".into()]);
-        let text: Vec<String> = args
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let text = args_of(&layout);
         let binds: Vec<_> = text
             .windows(2)
             .filter(|w| w[0] == "--bind")

@@ -20,12 +20,15 @@ use crate::shell_facts::{Network, ShellFacts};
 pub(crate) const NO_NETWORK: &str = "this sandbox has no network (loopback only), so name resolution and outside connections fail; retrying will not help. Work offline (vendored or cached dependencies), or ask a person to enable it: \"network\": \"host\" in the scope's backend.json (or the scope root's, for every scope), then scope_stop and scope_reset";
 
 /// Lowercase phrases of resolvers, curl, git, cargo, pip, npm and Go that mean no
-/// name could be resolved or no connection made.
-const PHRASES: [&str; 14] = [
+/// name could be resolved or no route leads out. Deliberately absent: a refused or
+/// failed connection as such (`could not connect to server`, `failed to establish a
+/// new connection`), which is also what a test meets when its own local service is
+/// down, and rustc's `failed to resolve: use of undeclared crate` (E0433).
+const PHRASES: [&str; 12] = [
     "temporary failure in name resolution",
     "name or service not known",
     "could not resolve host",
-    "failed to resolve",
+    "couldn't resolve host",
     "failed to lookup address",
     "no address associated with hostname",
     "getaddrinfo",
@@ -33,8 +36,6 @@ const PHRASES: [&str; 14] = [
     "enotfound",
     "network is unreachable",
     "spurious network error",
-    "failed to establish a new connection",
-    "could not connect to server",
     "no such host",
 ];
 
@@ -82,6 +83,9 @@ mod tests {
         }
         for stderr in [
             "error[E0425]: cannot find value",
+            "error[E0433]: failed to resolve: use of undeclared crate or module `serde`",
+            "curl: (7) Failed to connect to localhost port 8080 after 0 ms: Couldn't connect to server",
+            "urllib3.exceptions.NewConnectionError: Failed to establish a new connection: [Errno 111] Connection refused",
             "make: *** [test] Error 1",
             "",
         ] {

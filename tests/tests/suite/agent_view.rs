@@ -111,10 +111,21 @@ fn a_loopback_only_network_failure_says_so_and_how_a_person_enables_it() {
 fn home_files_survive_stop_and_reset_and_root_settings_apply_to_new_scopes() {
     let sb = Sandbox::new();
     let mut s = Server::start(&sb, &sb.serve_root_args(&[]), &[]);
-    let data = run(&mut s, "echo kept > ~/note; cat ~/note; pwd");
+    let data = run(&mut s, "echo kept > ~/note; chmod 755 ~; cat ~/note; pwd");
     assert_eq!(
         stdout(&data),
         format!("kept\n{}\n", sb.workspace().display())
+    );
+    // The HOME a job opened up sits in a directory of the scope's home that no job
+    // sees, and that stays owner-only.
+    let guest = sb.root().join("default/guest");
+    assert_eq!(
+        fs::read_to_string(guest.join("home/note")).unwrap(),
+        "kept\n"
+    );
+    assert_eq!(
+        fs::metadata(&guest).unwrap().permissions().mode() & 0o777,
+        0o700
     );
     assert_eq!(
         s.ok("scope_stop", json!({"scope_id": "default"}))["state"],
