@@ -70,19 +70,23 @@ pub fn assess(
     }
     let isolation = Isolation::detect(&config)?;
     let user_home = user_home.map(Path::new).filter(|h| h.is_absolute());
-    let mut homes: Vec<_> = user_home.map(Path::to_path_buf).into_iter().collect();
-    homes.extend(home::passwd_home().ok());
-    for found in homes.clone() {
-        homes.extend(std::fs::canonicalize(found).ok());
-    }
-    let mut marsh = vec![home.root()];
-    marsh.extend(config::managed_root(home));
-    let keep = Keep {
-        homes,
-        marsh,
-        workspace,
+    // What an exposure must stay clear of is looked up only when there is one: `marsh
+    // -c` assesses before every run, and the passwd lookup and the path resolutions
+    // are most of its cost.
+    let exposed = if config.expose.is_empty() {
+        Exposed::paths_only(&config, user_home)?
+    } else {
+        let mut homes: Vec<_> = user_home.map(Path::to_path_buf).into_iter().collect();
+        homes.extend(home::passwd_home().ok());
+        let mut marsh = vec![home.root()];
+        marsh.extend(config::managed_root(home));
+        let keep = Keep {
+            homes,
+            marsh,
+            workspace,
+        };
+        Exposed::resolve(&config, user_home, &keep)?
     };
-    let exposed = Exposed::resolve(&config, user_home, &keep)?;
     Ok(Assessment {
         config,
         isolation,

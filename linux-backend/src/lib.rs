@@ -23,6 +23,7 @@ mod marshd;
 mod proto;
 mod publication;
 mod receipt;
+mod receipt_blanks;
 mod sandbox;
 mod seccomp;
 mod seqpacket;

@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::receipt_blanks::Blanks;
 use crate::util;
 
 /// `marsh results --json` returns at most this many receipts.
@@ -33,12 +34,17 @@ pub struct Receipt {
 }
 
 impl Receipt {
-    /// Publishes the receipt whole or not at all, with one `fdatasync` (temp file +
-    /// fdatasync + rename, [`util::write_whole`]). The caller makes the directory
+    /// Publishes the receipt whole or not at all: through a ready blank when there is
+    /// one (one synchronous overwrite + rename, [`Blanks::publish`]), else temp file +
+    /// `fdatasync` + rename ([`util::write_whole`]). The caller makes the directory
     /// durable later (the daemon syncs it within [`RESULTS_SYNC_INTERVAL`]).
-    pub fn write(&self, dir: &Path) -> Result<()> {
+    pub fn write(&self, dir: &Path, blanks: Option<&Blanks>) -> Result<()> {
         let bytes = serde_json::to_vec(self).map_err(|e| Error::Protocol(e.to_string()))?;
-        util::write_whole(dir, &format!("{}.json", self.id), &bytes)
+        let name = format!("{}.json", self.id);
+        if blanks.is_some_and(|b| b.publish(&bytes, &dir.join(&name))) {
+            return Ok(());
+        }
+        util::write_whole(dir, &name, &bytes)
     }
 }
 
@@ -129,7 +135,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for i in 0..(LIST_LIMIT as u64 + 5) {
             receipt(&format!("{:08x}-0000-4000-8000-000000000000", i), 10 + i)
-                .write(dir.path())
+                .write(dir.path(), None)
                 .unwrap();
         }
         fs::write(dir.path().join("abc.json"), "not json").unwrap();
@@ -145,8 +151,8 @@ mod tests {
     #[test]
     fn find_by_prefix() {
         let dir = tempfile::tempdir().unwrap();
-        receipt("aa11", 5).write(dir.path()).unwrap();
-        receipt("aa22", 6).write(dir.path()).unwrap();
+        receipt("aa11", 5).write(dir.path(), None).unwrap();
+        receipt("aa22", 6).write(dir.path(), None).unwrap();
         assert_eq!(find(dir.path(), "aa1").unwrap().id, "aa11");
         let ambiguous = find(dir.path(), "aa").unwrap_err();
         assert!(
@@ -163,5 +169,36 @@ mod tests {
         let absent = find(&dir.path().join("absent"), "aa").unwrap_err();
         assert_eq!(absent.exit_code(), 3);
         assert_eq!(find(dir.path(), "X").unwrap_err().exit_code(), 2);
+    }
+
+    #[test]
+    fn a_receipt_published_through_a_blank_is_listed_and_found_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let blanks = Blanks::new(dir.path());
+        blanks.prepare_one();
+        let written = receipt("bb33", 7);
+        written.write(dir.path(), Some(&blanks)).unwrap();
+        let file = std::fs::read(dir.path().join("bb33.json")).unwrap();
+        assert_eq!(file.len(), crate::receipt_blanks::BLANK_SIZE);
+        assert_eq!(find(dir.path(), "bb3").unwrap(), written);
+        // No blank left: the next receipt takes the temp file + fdatasync path.
+        receipt("cc44", 8).write(dir.path(), Some(&blanks)).unwrap();
+        let ids: Vec<String> = list(dir.path())
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(ids, ["cc44", "bb33"]);
+        let leftovers = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".tmp")
+            })
+            .count();
+        assert_eq!(leftovers, 0);
     }
 }

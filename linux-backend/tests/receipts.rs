@@ -86,6 +86,8 @@ fn receipts_are_whole_or_absent_after_kill_9_of_the_daemon() {
         whole.min(100),
         "{listed}"
     );
+    // Stopped, the daemon also removes the receipt files it prepared ahead of need.
+    assert!(env.marsh(&["stop", "--json"]).status.success());
     let leftovers: Vec<String> = std::fs::read_dir(env.home.join("results"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

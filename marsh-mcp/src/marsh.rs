@@ -13,6 +13,7 @@ use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use marsh_scope_registry::VerifyRound;
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
@@ -150,9 +151,11 @@ impl MarshDriver {
         &self.env
     }
 
+    /// Revalidates the three pins, reading their shared ancestors once.
     pub fn revalidate(&self) -> Result<(), ToolError> {
+        let mut round = VerifyRound::default();
         for pin in self.pins() {
-            pin.revalidate().map_err(|e| {
+            pin.revalidate_in(&mut round).map_err(|e| {
                 tracing::error!("{}: {} ({})", e.path.display(), e.what, e.detail);
                 ToolError::new(ErrorKind::ExecutableChanged, e.to_string())
             })?;

@@ -3,29 +3,33 @@
 //! At startup each trust anchor (`marsh`, its sibling `marshd`, `sbx`) is
 //! canonicalized, checked (regular file, executable, owned by root or the euid, not
 //! group/other-writable, outside the workspace, root and homes) and pinned: the full
-//! `stat` identity plus the sha256 of its contents. Before every host invocation the
-//! identity is revalidated with a fresh `lstat` of the same fields. The content hash is
-//! not recomputed on that hot path (tens of milliseconds for a large binary): `ctime`
-//! is part of the identity, and no unprivileged writer can set it back, so an in-place
-//! rewrite whose `mtime` was restored still shows up.
+//! `stat` identity, held through an open descriptor whose own identity matches it.
+//! Before every host invocation the identity is revalidated with a fresh `lstat` of
+//! the same fields: `ctime` is part of it, and no unprivileged writer can set it back,
+//! so an in-place rewrite whose `mtime` was restored still shows up.
 //!
-//! The descriptor the contents were hashed through stays open for the server's life,
-//! and every execution goes through it ([`PinnedExecutable::exec_path`]): checking a
-//! path and then executing the same path are two steps, and a file renamed over the
-//! pinned one between them would run. Through the descriptor, what runs is the
-//! verified inode whatever the path names by then.
+//! The sha256 of the contents (reported by `doctor`, part of a broker's identity) is
+//! taken on first use, through the pinned descriptor, and counts only if the
+//! descriptor's identity equals the pin before and after hashing; it is never
+//! recomputed. Rejected alternative: hashing at startup, which was half of a `serve`
+//! start (the three stand-ins are about 10 MB) for a figure most sessions never read.
+//!
+//! The descriptor stays open for the server's life, and every execution goes through
+//! it ([`PinnedExecutable::exec_path`]): checking a path and then executing the same
+//! path are two steps, and a file renamed over the pinned one between them would run.
+//! Through the descriptor, what runs is the verified inode whatever the path names by
+//! then.
 //!
 //! Caller-facing messages ([`ExecutableChanged`]'s `Display`) name the role, never the
 //! path: the path is for the operator's log.
 
 use std::fs::{self, File};
-use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use marsh_scope_registry::{AncestryError, TrustedAncestors};
+use marsh_scope_registry::{AncestryError, TrustedAncestors, VerifyRound};
 
 use sha2::{Digest, Sha256};
 
@@ -71,8 +75,8 @@ pub enum PinError {
         path: PathBuf,
         source: AncestryError,
     },
-    #[error("cannot hash the {role} executable {path}: {source}")]
-    Hash {
+    #[error("cannot open the {role} executable {path}: {source}")]
+    Open {
         role: &'static str,
         path: PathBuf,
         source: std::io::Error,
@@ -117,8 +121,9 @@ pub struct PinnedExecutable {
     role: &'static str,
     path: PathBuf,
     identity: FileIdentity,
-    /// Lowercase hex sha256 of the contents, taken at pin time.
-    sha256: String,
+    /// Lowercase hex sha256 of the contents, taken on first use through `file` while
+    /// its identity equalled `identity` (see [`PinnedExecutable::sha256_hex`]).
+    sha256: Arc<OnceLock<String>>,
     /// `None` unless the anchor requires a trusted ancestor chain.
     ancestors: Option<TrustedAncestors>,
     /// Invariant: the read-only, close-on-exec descriptor the contents were hashed
@@ -185,12 +190,12 @@ impl PinnedExecutable {
             None
         };
         let identity = FileIdentity::of(&meta);
-        let (sha256, file) = hash_unchanged(role, &path, identity)?;
+        let file = open_unchanged(role, &path, identity)?;
         Ok(Self {
             role,
             path,
             identity,
-            sha256,
+            sha256: Arc::new(OnceLock::new()),
             ancestors,
             file: Arc::new(file),
         })
@@ -221,13 +226,31 @@ impl PinnedExecutable {
         self.role
     }
 
-    pub fn sha256_hex(&self) -> &str {
-        &self.sha256
+    /// The sha256 of the pinned contents, hashed through the pinned descriptor on
+    /// first use. An error when the file changed since it was pinned (then no hash
+    /// can be attributed to the pin).
+    pub fn sha256_hex(&self) -> Result<&str, ExecutableChanged> {
+        if let Some(hash) = self.sha256.get() {
+            return Ok(hash);
+        }
+        let hash = hash_pinned(&self.file, self.identity).map_err(|detail| ExecutableChanged {
+            role: self.role,
+            path: self.path.clone(),
+            what: "its contents could not be hashed as pinned".into(),
+            detail,
+        })?;
+        Ok(self.sha256.get_or_init(|| hash))
     }
 
     /// The cheap per-invocation check: one `lstat` of the file and one per pinned
     /// ancestor, compared field by field with the pin.
     pub fn revalidate(&self) -> Result<(), ExecutableChanged> {
+        self.revalidate_in(&mut VerifyRound::default())
+    }
+
+    /// [`Self::revalidate`] as part of `round`, which re-reads an ancestor shared
+    /// with another pin of the round once.
+    pub fn revalidate_in(&self, round: &mut VerifyRound) -> Result<(), ExecutableChanged> {
         let changed = |what: String, detail: String| ExecutableChanged {
             role: self.role,
             path: self.path.clone(),
@@ -247,7 +270,7 @@ impl PinnedExecutable {
         }
         if let Some(chain) = &self.ancestors {
             chain
-                .verify()
+                .verify_in(round)
                 .map_err(|e| changed("a directory above it changed".into(), e.to_string()))?;
         }
         Ok(())
@@ -309,42 +332,59 @@ fn check_file(role: &'static str, path: &Path, meta: &fs::Metadata) -> Result<()
     Ok(())
 }
 
-/// Hashes through one no-follow descriptor and checks that the descriptor's identity
-/// equals the pinned one before and after, so the hash belongs to the pinned inode.
-/// Returns the hash and that descriptor.
-fn hash_unchanged(
+/// Opens the pinned file without following a link and checks that the descriptor
+/// names the inode whose identity was pinned.
+fn open_unchanged(
     role: &'static str,
     path: &Path,
     pinned: FileIdentity,
-) -> Result<(String, OwnedFd), PinError> {
-    let hash_err = |source| PinError::Hash {
+) -> Result<OwnedFd, PinError> {
+    let open_err = |source| PinError::Open {
         role,
         path: path.to_owned(),
         source,
     };
-    let mut file = File::options()
+    let file = File::options()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
-        .map_err(hash_err)?;
-    let before = FileIdentity::of(&file.metadata().map_err(hash_err)?);
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    loop {
-        let n = file.read(&mut buf).map_err(hash_err)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    let after = FileIdentity::of(&file.metadata().map_err(hash_err)?);
-    if before != pinned || after != pinned {
+        .map_err(open_err)?;
+    if FileIdentity::of(&file.metadata().map_err(open_err)?) != pinned {
         return Err(PinError::ChangedWhilePinning {
             role,
             path: path.to_owned(),
         });
     }
-    Ok((hex::encode(hasher.finalize()), file.into()))
+    Ok(file.into())
+}
+
+/// Hashes the contents behind `fd` from its start; the hash counts only if the
+/// descriptor's identity equals `pinned` before and after.
+fn hash_pinned(fd: &OwnedFd, pinned: FileIdentity) -> Result<String, String> {
+    let file = File::from(fd.try_clone().map_err(|e| e.to_string())?);
+    let identity = || {
+        file.metadata()
+            .map(|m| FileIdentity::of(&m))
+            .map_err(|e| e.to_string())
+    };
+    if identity()? != pinned {
+        return Err("it changed since it was pinned".into());
+    }
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut offset = 0u64;
+    loop {
+        let n = file.read_at(&mut buf, offset).map_err(|e| e.to_string())?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        offset += n as u64;
+    }
+    if identity()? != pinned {
+        return Err("it changed while it was being hashed".into());
+    }
+    Ok(hex::encode(hasher.finalize()))
 }
 
 #[cfg(test)]
@@ -375,6 +415,21 @@ mod tests {
             .unwrap();
         let err = pin.revalidate().unwrap_err();
         assert!(err.what.contains("ctime"), "{err}");
+    }
+
+    #[test]
+    fn the_hash_is_of_the_pinned_contents_and_refused_once_they_changed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = exe(tmp.path(), "marsh");
+        let pin = PinnedExecutable::pin("marsh", &p, false, &[]).unwrap();
+        let expected = hex::encode(Sha256::digest(fs::read(&p).unwrap()));
+        assert_eq!(pin.sha256_hex().unwrap(), expected);
+        // Taken once: a later rewrite does not change what was attributed to the pin.
+        let other = PinnedExecutable::pin("sbx", &exe(tmp.path(), "sbx"), false, &[]).unwrap();
+        fs::write(tmp.path().join("sbx"), b"#!/bin/sh\nexit 7\n").unwrap();
+        let err = other.sha256_hex().unwrap_err();
+        assert!(err.what.contains("hashed"), "{err}");
+        assert_eq!(pin.sha256_hex().unwrap(), expected);
     }
 
     #[test]

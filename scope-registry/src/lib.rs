@@ -23,7 +23,7 @@ mod root;
 
 pub use binding::WorkspaceBinding;
 pub use error::RegistryError;
-pub use fs_safety::ancestry::{AncestryError, TrustedAncestors};
+pub use fs_safety::ancestry::{AncestryError, TrustedAncestors, VerifyRound};
 pub use fs_safety::atomic::{write_atomically, write_atomically_at};
 pub use fs_safety::identity::DirIdentity;
 pub use fs_safety::owner::{ensure_owner_only_dir, verify_owner_only_dir};

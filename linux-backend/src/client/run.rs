@@ -2,9 +2,13 @@
 //! the project shell, or one registered kit in a fresh kit container, with the job
 //! reading this process's stdin and writing straight into its stdout and stderr.
 //!
-//! Cancellation: SIGINT, SIGTERM and SIGHUP are blocked and taken synchronously by a
-//! dedicated thread, which asks the daemon to cancel and then, once the job is known
-//! to be over (or after a grace period), exits with 128+signal.
+//! Cancellation: SIGINT, SIGTERM and SIGHUP are blocked and read from a signalfd that
+//! is polled beside the daemon connection; the first one asks the daemon to cancel,
+//! and once the job is known to be over (or after a grace period) `marsh` exits with
+//! 128+signal.
+//!
+//! Rejected alternative: a thread waiting in `sigwait` (the earlier way). A run's
+//! start-up then paid for a thread it almost never used.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -12,11 +16,12 @@ use std::io::Write;
 use std::os::fd::{AsFd, FromRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use super::daemon_link::{self, Link};
 use crate::backend;
@@ -197,21 +202,63 @@ fn attached(
             daemon_link::send(home, op(), &stdio)?.ok_or_else(daemon_vanished)?
         }
     };
-    let link = Arc::new(link);
-    let cancelled = Arc::new(AtomicI32::new(0));
-    {
-        let (link, cancelled) = (Arc::clone(&link), Arc::clone(&cancelled));
-        std::thread::Builder::new()
-            .name("signals".into())
-            .spawn(move || on_signal(&signals, &link, &cancelled))
-            .context(|| "starting the signal thread".to_string())?;
+    let (reply, cancelled) = await_reply(&link, &signals)?;
+    Ok(Attached { cancelled, reply })
+}
+
+/// Waits for the daemon's reply while taking the blocked cancellation `signals`: the
+/// first one sends a cancel and bounds the rest of the wait by [`CANCEL_GRACE`], after
+/// which this process exits with 128+signal.
+fn await_reply(link: &Link, signals: &SigSet) -> Result<(Result<Reply>, Option<i32>)> {
+    let signal_fd = SignalFd::with_flags(signals, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .context(|| "watching cancellation signals".to_string())?;
+    let mut cancelled: Option<(i32, Instant)> = None;
+    loop {
+        let timeout = match cancelled {
+            None => PollTimeout::NONE,
+            Some((sig, at)) => {
+                let left = CANCEL_GRACE.saturating_sub(at.elapsed());
+                if left.is_zero() {
+                    std::process::exit(128 + sig);
+                }
+                PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX)
+            }
+        };
+        let mut fds = [
+            PollFd::new(link.sock.as_fd(), PollFlags::POLLIN),
+            PollFd::new(signal_fd.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, timeout) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => return Err(Error::io("waiting for the daemon", e.into())),
+        }
+        let answered = fds[0].revents().is_some_and(|r| !r.is_empty());
+        let signalled = fds[1].revents().is_some_and(|r| !r.is_empty());
+        if signalled && let Ok(Some(info)) = signal_fd.read_signal() {
+            // Later signals only repeat the request: the first one started the grace.
+            if cancelled.is_none() {
+                let sig = i32::try_from(info.ssi_signo).unwrap_or(libc::SIGTERM);
+                cancelled = Some((sig, Instant::now()));
+                request_cancel(link);
+            }
+        }
+        if answered {
+            return Ok((link.reply(), cancelled.map(|(sig, _)| sig)));
+        }
     }
-    let reply = link.reply();
-    let sig = cancelled.load(Ordering::SeqCst);
-    Ok(Attached {
-        cancelled: (sig != 0).then_some(sig),
-        reply,
-    })
+}
+
+/// Asks the daemon to cancel the running job.
+fn request_cancel(link: &Link) {
+    let cancel = Request {
+        proto: PROTO_VERSION,
+        token: link.token.clone(),
+        op: Op::Cancel,
+    };
+    if proto::send(&link.sock, &cancel, &[]).is_err() {
+        // The daemon is unreachable; closing our end still cancels the job daemon-side.
+        link.sock.shutdown();
+    }
 }
 
 /// A job's status as an exit code: its code, or 128+N for death by signal N.
@@ -229,26 +276,6 @@ fn cancel_signals() -> SigSet {
         set.add(sig);
     }
     set
-}
-
-/// Waits for a cancellation signal, forwards the cancel, and bounds the wait for the
-/// job's end. The main thread normally exits first, when the daemon answers.
-fn on_signal(signals: &SigSet, link: &Link, cancelled: &AtomicI32) {
-    let Ok(sig) = signals.wait() else {
-        return;
-    };
-    cancelled.store(sig as i32, Ordering::SeqCst);
-    let cancel = Request {
-        proto: PROTO_VERSION,
-        token: link.token.clone(),
-        op: Op::Cancel,
-    };
-    if proto::send(&link.sock, &cancel, &[]).is_err() {
-        // The daemon is unreachable; closing our end still cancels the job daemon-side.
-        link.sock.shutdown();
-    }
-    std::thread::sleep(CANCEL_GRACE);
-    std::process::exit(128 + sig as i32);
 }
 
 /// The caller variables the job environment takes from `marsh`'s own environment.

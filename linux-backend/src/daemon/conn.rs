@@ -105,6 +105,7 @@ fn stop(daemon: &Arc<Daemon>, sock: &SeqPacket) -> Result<Reply> {
         shell.kill_and_wait();
     }
     daemon.kill_all_kit_jobs();
+    daemon.blanks.discard();
     daemon.cfg.confinement.limits.release();
     daemon.unlink_own("pid");
     send_reply(

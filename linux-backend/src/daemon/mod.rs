@@ -32,6 +32,7 @@ use crate::home::Home;
 use crate::limits::Limits;
 use crate::publication::{Publisher, Settings};
 use crate::receipt::{self, Receipt};
+use crate::receipt_blanks::Blanks;
 use crate::sandbox::{Confinement, Exposed, Isolation};
 use crate::seqpacket::Listener;
 use crate::setid_guard::SetIdGuard;
@@ -96,6 +97,8 @@ pub(crate) struct Daemon {
     /// after every receipt; the watchdog syncs and clears it (at most
     /// [`receipt::RESULTS_SYNC_INTERVAL`] later), and so does a shutdown.
     results_unsynced: AtomicBool,
+    /// Receipt files prepared off the reply path (kept filled by their own thread).
+    blanks: Blanks,
     /// Threads for connections and their watchers, reused across `marsh` runs.
     pub(crate) workers: Workers,
 }
@@ -145,6 +148,7 @@ pub(crate) fn serve(home: &Path, workspace: &Path) -> Result<()> {
     // A daemon killed mid-write leaves at most a temp file (never a partial receipt);
     // this daemon owns the home now, so no writer is still using one.
     remove_stale_temp_files(&cfg.home.results_dir());
+    let cfg_results_dir = cfg.home.results_dir();
     let daemon = Arc::new(Daemon {
         cfg,
         state: Mutex::new(State::new()),
@@ -152,6 +156,7 @@ pub(crate) fn serve(home: &Path, workspace: &Path) -> Result<()> {
         next_shell: AtomicU64::new(1),
         next_host_kit: AtomicU64::new(1),
         results_unsynced: AtomicBool::new(false),
+        blanks: Blanks::new(&cfg_results_dir),
         workers: Workers::new("conn"),
     });
     if let Err(e) = daemon.boot_shell() {
@@ -176,6 +181,13 @@ pub(crate) fn serve(home: &Path, workspace: &Path) -> Result<()> {
         daemon.cfg.workspace.display(),
         daemon.cfg.isolation.label()
     );
+    {
+        let daemon = Arc::clone(&daemon);
+        std::thread::Builder::new()
+            .name("receipt-blanks".into())
+            .spawn(move || daemon.blanks.keep_filled())
+            .context(|| "starting the receipt file preparer".to_string())?;
+    }
     {
         let daemon = Arc::clone(&daemon);
         std::thread::Builder::new()
@@ -325,7 +337,7 @@ impl Daemon {
     /// Writes a receipt whole (one `fdatasync`, [`Receipt::write`]) and leaves the
     /// directory sync to the watchdog: the reply never waits for a second flush.
     pub(crate) fn write_receipt(&self, receipt: &Receipt) -> Result<()> {
-        receipt.write(&self.cfg.home.results_dir())?;
+        receipt.write(&self.cfg.home.results_dir(), Some(&self.blanks))?;
         self.results_unsynced.store(true, Ordering::Release);
         Ok(())
     }
@@ -347,6 +359,7 @@ impl Daemon {
             shell.kill_and_wait();
         }
         self.kill_all_kit_jobs();
+        self.blanks.discard();
         self.sync_results();
         self.cfg.confinement.limits.release();
         self.unlink_own("pid");

@@ -143,15 +143,25 @@ impl Exposed {
             }
         }
         exposed.hidden = covers(&exposed.dirs, &secrets);
+        exposed.path = Self::paths_only(config, user_home)?.path;
+        Ok(exposed)
+    }
+
+    /// The `path` setting alone, for settings that expose nothing.
+    pub fn paths_only(config: &BackendConfig, user_home: Option<&Path>) -> Result<Self> {
+        let mut path = Vec::new();
         for entry in &config.path {
             let dir = config::expand_entry(entry, user_home).ok_or_else(|| {
                 Error::Backend(format!(
                     "backend setting path: {entry:?} starts with ~/ but the caller has no HOME"
                 ))
             })?;
-            exposed.path.push(dir);
+            path.push(dir);
         }
-        Ok(exposed)
+        Ok(Exposed {
+            path,
+            ..Exposed::default()
+        })
     }
 }
 

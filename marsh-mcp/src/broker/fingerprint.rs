@@ -48,7 +48,8 @@ impl BrokerIdentity {
         field("root", root.as_os_str().as_encoded_bytes());
         for pin in driver.pins() {
             field(pin.role(), pin.path().as_os_str().as_encoded_bytes());
-            field(pin.role(), pin.sha256_hex().as_bytes());
+            let sha256 = pin.sha256_hex().map_err(std::io::Error::other)?;
+            field(pin.role(), sha256.as_bytes());
         }
         field(
             "full_sbx_control",

@@ -145,12 +145,8 @@ pub(crate) async fn doctor(ctx: &ServerContext) -> Result<DoctorReport, ToolErro
     let mut checks = Vec::new();
     for pin in ctx.driver.pins() {
         let name = format!("pinned_{}", pin.role());
-        checks.push(match pin.revalidate() {
-            Ok(()) => check(
-                &name,
-                true,
-                format!("identity unchanged; sha256 {}", pin.sha256_hex()),
-            ),
+        checks.push(match pin.revalidate().and_then(|()| pin.sha256_hex()) {
+            Ok(sha256) => check(&name, true, format!("identity unchanged; sha256 {sha256}")),
             Err(e) => check(&name, false, e.to_string()),
         });
     }

@@ -140,7 +140,17 @@ impl TrustedAncestors {
 
     /// Re-reads every recorded ancestor; the first one that differs is the error.
     pub fn verify(&self) -> Result<(), AncestryError> {
+        self.verify_in(&mut VerifyRound::default())
+    }
+
+    /// [`Self::verify`] as part of `round`: an ancestor another chain of the round
+    /// recorded identically was just re-read and is not read again (pinned executables
+    /// side by side share every ancestor).
+    pub fn verify_in(&self, round: &mut VerifyRound) -> Result<(), AncestryError> {
         for link in &self.links {
+            if round.verified.contains(link) {
+                continue;
+            }
             let changed = |what| AncestryError::Changed {
                 path: link.path.clone(),
                 what,
@@ -155,9 +165,16 @@ impl TrustedAncestors {
             if meta.mode() != link.mode {
                 return Err(changed("mode"));
             }
+            round.verified.push(link.clone());
         }
         Ok(())
     }
+}
+
+/// The ancestors re-read so far in one check of several chains, each as recorded.
+#[derive(Debug, Default)]
+pub struct VerifyRound {
+    verified: Vec<Link>,
 }
 
 #[cfg(test)]
@@ -188,6 +205,31 @@ mod tests {
             chain.verify(),
             Err(AncestryError::Changed { what: "mode", .. })
         ));
+    }
+
+    #[test]
+    fn a_round_reads_a_shared_ancestor_once_and_still_sees_a_change() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = fs::canonicalize(tmp.path()).unwrap();
+        fs::create_dir(base.join("bin")).unwrap();
+        let one = TrustedAncestors::check(&base.join("bin/marsh")).unwrap();
+        let two = TrustedAncestors::check(&base.join("bin/marshd")).unwrap();
+        let mut round = VerifyRound::default();
+        one.verify_in(&mut round).unwrap();
+        let read = round.verified.len();
+        two.verify_in(&mut round).unwrap();
+        assert_eq!(
+            round.verified.len(),
+            read,
+            "the shared chain was read twice"
+        );
+        chmod(&base.join("bin"), 0o777);
+        let mut round = VerifyRound::default();
+        assert!(matches!(
+            one.verify_in(&mut round),
+            Err(AncestryError::Changed { what: "mode", .. })
+        ));
+        assert!(two.verify_in(&mut round).is_err());
     }
 
     #[test]

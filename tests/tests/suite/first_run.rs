@@ -319,33 +319,44 @@ fn elf_sections(bytes: &[u8]) -> Vec<String> {
         .collect()
 }
 
-/// A release `marsh-mcp` (`make build`, `make install`): under 15 MB, no DWARF, symbols
-/// kept for backtraces. Judged on the binary itself, never on the build files' text;
-/// skipped (with a line saying so) when no release build is newer than the sources'
+/// A release `marsh-mcp` (`make build`, `make install`, in `target/<host triple>/release`):
+/// under 15 MB, no DWARF, symbols kept for backtraces, statically linked (no `.interp`:
+/// no dynamic loader runs). Judged on the binary itself, never on the build files'
+/// text; skipped (with a line saying so) when no such build is newer than the sources'
 /// manifest.
 #[test]
 fn release_binaries_ship_without_debug_info_but_with_symbols() {
-    // A release marsh-mcp built since the profile was last changed (`make build`): under
-    // 15 MB, no DWARF, symbols kept for backtraces.
-    let exe = repo().join("target/release/marsh-mcp");
     let built_after = |p: &Path| {
         let (Ok(exe), Ok(toml)) = (fs::metadata(p), fs::metadata(repo().join("Cargo.toml"))) else {
             return false;
         };
         exe.modified().unwrap() > toml.modified().unwrap()
     };
-    if !built_after(&exe) {
-        eprintln!("skipped: no release build newer than Cargo.toml (run `make build`)");
+    let shipped: Vec<_> = fs::read_dir(repo().join("target"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path().join("release/marsh-mcp"))
+                .filter(|exe| built_after(exe))
+                .collect()
+        })
+        .unwrap_or_default();
+    if shipped.is_empty() {
+        eprintln!("skipped: no `make build` newer than Cargo.toml (run `make build`)");
         return;
     }
-    {
+    for exe in shipped {
         let bytes = fs::read(&exe).unwrap();
-        assert!(bytes.len() < 15 << 20, "marsh-mcp is {} bytes", bytes.len());
+        assert!(bytes.len() < 15 << 20, "{exe:?} is {} bytes", bytes.len());
         let sections = elf_sections(&bytes);
         assert!(
             !sections.iter().any(|s| s.starts_with(".debug_")),
             "{sections:?}"
         );
         assert!(sections.iter().any(|s| s == ".symtab"), "{sections:?}");
+        assert!(
+            !sections.iter().any(|s| s == ".interp"),
+            "{exe:?} asks for a dynamic loader"
+        );
     }
 }
