@@ -169,6 +169,12 @@ fn run_one(
         .try_into()
         .map_err(|_| Error::Protocol("a run must carry stdin, stdout and stderr".into()))?;
     let shell = crate::job_shell::JobShell::detect().program();
+    // Init moves to the job's directory itself rather than asking the spawn to: a
+    // spawn that changes directory needs `posix_spawn_file_actions_addchdir_np`, which
+    // the standard library finds only in a dynamically linked process, and without it
+    // falls back to copying init with fork() for every job.
+    std::env::set_current_dir(OsStr::from_bytes(cwd))
+        .context(|| "entering the job's directory".to_string())?;
     let mut cmd = Command::new(shell);
     cmd.arg("-c")
         .arg(OsStr::from_bytes(command))
@@ -177,7 +183,6 @@ fn run_one(
             env.iter()
                 .map(|v| (OsStr::from_bytes(&v.name.0), OsStr::from_bytes(&v.value.0))),
         )
-        .current_dir(OsStr::from_bytes(cwd))
         .process_group(0)
         .stdin(Stdio::from(stdin))
         .stdout(Stdio::from(stdout))
