@@ -45,6 +45,7 @@ all: build
 ## build: optimized, statically linked binaries (marsh-mcp and the stand-ins marsh,
 ## marshd, sbx) in target/<host triple>/release
 build:
+	$(if $(HOST_TRIPLE),,$(error cannot read the host triple from `rustc -vV`: is rustc on PATH?))
 	RUSTFLAGS="-C target-feature=+crt-static" $(CARGO) build --release --workspace --bins --target $(HOST_TRIPLE)
 
 build-debug:
@@ -67,7 +68,7 @@ prereqs:
 	@$(SHELL) tests/prereqs.sh $(PREREQS_FOR)
 
 # Every step of those goals waits for the check, also under `make -j`.
-lint build-debug $(PY_VENV)/bin/python $(NPM_STAMP) $(PEERS_VENV)/bin/mcp-yieldshell $(PEERS_VENV)/bin/hares-mcp $(PEERS_NPM)/codex-linux-sandbox: | prereqs
+lint build build-debug $(PY_VENV)/bin/python $(NPM_STAMP) $(PEERS_VENV)/bin/mcp-yieldshell $(PEERS_VENV)/bin/hares-mcp $(PEERS_NPM)/codex-linux-sandbox: | prereqs
 
 ## install: copy the release binaries into $(PREFIX)/bin (owner-only writable)
 install: build

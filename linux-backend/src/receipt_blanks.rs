@@ -25,7 +25,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::Duration;
 
 use crate::util::{self, lock};
 
@@ -41,8 +42,8 @@ pub struct Blanks {
     /// Invariant: every entry is a whole blank (all [`BLANK_SIZE`] spaces on disk)
     /// that no receipt has used; none once discarded.
     ready: Mutex<Ready>,
-    /// Signalled when a blank is taken.
-    taken: Condvar,
+    /// Signalled when a blank is taken, and when the filler finishes making one.
+    changed: Condvar,
 }
 
 #[derive(Default)]
@@ -50,7 +51,15 @@ struct Ready {
     blanks: Vec<Blank>,
     /// Set by [`Blanks::discard`]: no blank is kept any more.
     discarded: bool,
+    /// The filler is making a blank (outside the lock); [`Blanks::discard`] waits for
+    /// it, so a stopping daemon does not exit while one is half made.
+    making: bool,
 }
+
+/// How long the filler waits before trying again after it could not make a blank.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// How long [`Blanks::discard`] waits for a blank being made.
+const DISCARD_WAIT: Duration = Duration::from_secs(2);
 
 struct Blank {
     file: File,
@@ -62,25 +71,28 @@ impl Blanks {
         Blanks {
             dir: dir.to_path_buf(),
             ready: Mutex::new(Ready::default()),
-            taken: Condvar::new(),
+            changed: Condvar::new(),
         }
     }
 
     /// Keeps [`BLANKS_KEPT`] blanks ready, making one whenever one was taken; runs on
     /// a thread of its own for the daemon's life. A blank that cannot be made is
-    /// retried after the next take (until then receipts take the fallback path).
+    /// retried after [`RETRY_AFTER`] (until then receipts take the fallback path).
     pub fn keep_filled(&self) {
         let mut ready = lock(&self.ready);
         loop {
             while ready.discarded || ready.blanks.len() >= BLANKS_KEPT {
                 ready = self
-                    .taken
+                    .changed
                     .wait(ready)
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    .unwrap_or_else(PoisonError::into_inner);
             }
+            ready.making = true;
             drop(ready);
             let made = self.make();
             ready = lock(&self.ready);
+            ready.making = false;
+            self.changed.notify_all();
             match made {
                 Ok(blank) if ready.discarded => {
                     let _ = fs::remove_file(&blank.path);
@@ -89,9 +101,10 @@ impl Blanks {
                 Err(e) => {
                     util::log!("marshd: preparing a receipt file: {e}");
                     ready = self
-                        .taken
-                        .wait(ready)
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        .changed
+                        .wait_timeout(ready, RETRY_AFTER)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0;
                 }
             }
         }
@@ -112,6 +125,10 @@ impl Blanks {
         for blank in ready.blanks.drain(..) {
             let _ = fs::remove_file(&blank.path);
         }
+        // A blank being made is removed by the filler once it sees `discarded`.
+        let _ = self
+            .changed
+            .wait_timeout_while(ready, DISCARD_WAIT, |r| r.making);
     }
 
     fn make(&self) -> std::io::Result<Blank> {
@@ -149,7 +166,7 @@ impl Blanks {
         let Some(blank) = lock(&self.ready).blanks.pop() else {
             return false;
         };
-        self.taken.notify_one();
+        self.changed.notify_all();
         let published = blank
             .file
             .write_all_at(bytes, 0)

@@ -333,9 +333,8 @@ impl Daemon {
             .unwrap_or(false)
     }
 
-    /// Stops everything and exits the process.
-    /// Writes a receipt whole (one `fdatasync`, [`Receipt::write`]) and leaves the
-    /// directory sync to the watchdog: the reply never waits for a second flush.
+    /// Writes a receipt whole (one synchronous write, [`Receipt::write`]) and leaves
+    /// the directory sync to the watchdog: the reply never waits for a second flush.
     pub(crate) fn write_receipt(&self, receipt: &Receipt) -> Result<()> {
         receipt.write(&self.cfg.home.results_dir(), Some(&self.blanks))?;
         self.results_unsynced.store(true, Ordering::Release);
@@ -352,6 +351,7 @@ impl Daemon {
         }
     }
 
+    /// Stops everything and exits the process.
     pub(crate) fn shutdown(self: &Arc<Self>, reason: &str) -> ! {
         log!("marshd: shutting down: {reason}");
         self.unlink_own("marshd.sock");
