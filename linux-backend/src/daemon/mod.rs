@@ -144,11 +144,11 @@ pub(crate) fn serve(home: &Path, workspace: &Path) -> Result<()> {
     }
 
     let cfg = configure(home, workspace)?;
-    ensure_private_dir(&cfg.home.results_dir())?;
+    let results_dir = cfg.home.results_dir();
+    ensure_private_dir(&results_dir)?;
     // A daemon killed mid-write leaves at most a temp file (never a partial receipt);
     // this daemon owns the home now, so no writer is still using one.
-    remove_stale_temp_files(&cfg.home.results_dir());
-    let cfg_results_dir = cfg.home.results_dir();
+    remove_stale_temp_files(&results_dir);
     let daemon = Arc::new(Daemon {
         cfg,
         state: Mutex::new(State::new()),
@@ -156,7 +156,7 @@ pub(crate) fn serve(home: &Path, workspace: &Path) -> Result<()> {
         next_shell: AtomicU64::new(1),
         next_host_kit: AtomicU64::new(1),
         results_unsynced: AtomicBool::new(false),
-        blanks: Blanks::new(&cfg_results_dir),
+        blanks: Blanks::new(&results_dir),
         workers: Workers::new("conn"),
     });
     if let Err(e) = daemon.boot_shell() {
@@ -377,7 +377,6 @@ impl Daemon {
     }
 }
 
-/// Removes the temp files (`.NAME.RANDOM.tmp`) a killed daemon may have left in `dir`.
 /// Makes the owner-only [`Home::guest_dir`] and the guest `HOME` inside it, moving a
 /// guest `HOME` of the earlier layout there first (a rename within the home: nothing
 /// is copied, and a crash leaves either layout whole for the next boot to finish).
@@ -398,6 +397,7 @@ fn prepare_guest_home(home: &Home) -> Result<()> {
     ensure_private_dir(&guest_home)
 }
 
+/// Removes the temp files (`.NAME.RANDOM.tmp`) a killed daemon may have left in `dir`.
 fn remove_stale_temp_files(dir: &Path) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;

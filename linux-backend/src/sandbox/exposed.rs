@@ -95,12 +95,11 @@ pub struct Keep<'a> {
     pub workspace: Option<&'a Path>,
 }
 
-/// A file or directory to cover, by its canonical host path.
+/// A file or directory to cover, by its canonical host path; covered wherever an
+/// exposed directory shows it (nowhere, for a link target outside them all).
 enum Secret {
     File(PathBuf),
     Dir(PathBuf),
-    /// Where a secret-named link leads: covered only if some exposed directory holds it.
-    LinkTarget(PathBuf),
 }
 
 impl Exposed {
@@ -143,26 +142,32 @@ impl Exposed {
             }
         }
         exposed.hidden = covers(&exposed.dirs, &secrets);
-        exposed.path = Self::paths_only(config, user_home)?.path;
+        exposed.path = path_entries(config, user_home)?;
         Ok(exposed)
     }
 
     /// The `path` setting alone, for settings that expose nothing.
     pub fn paths_only(config: &BackendConfig, user_home: Option<&Path>) -> Result<Self> {
-        let mut path = Vec::new();
-        for entry in &config.path {
-            let dir = config::expand_entry(entry, user_home).ok_or_else(|| {
-                Error::Backend(format!(
-                    "backend setting path: {entry:?} starts with ~/ but the caller has no HOME"
-                ))
-            })?;
-            path.push(dir);
-        }
         Ok(Exposed {
-            path,
+            path: path_entries(config, user_home)?,
             ..Exposed::default()
         })
     }
+}
+
+/// The `path` setting's directories, `~/` expanded, in order.
+fn path_entries(config: &BackendConfig, user_home: Option<&Path>) -> Result<Vec<PathBuf>> {
+    config
+        .path
+        .iter()
+        .map(|entry| {
+            config::expand_entry(entry, user_home).ok_or_else(|| {
+                Error::Backend(format!(
+                    "backend setting path: {entry:?} starts with ~/ but the caller has no HOME"
+                ))
+            })
+        })
+        .collect()
 }
 
 /// The covers of `secrets`, at every place a job sees them.
@@ -170,7 +175,7 @@ fn covers(dirs: &[ExposedDir], secrets: &[Secret]) -> Vec<Hidden> {
     let mut hidden = Vec::new();
     for secret in secrets {
         let (path, is_dir) = match secret {
-            Secret::File(p) | Secret::LinkTarget(p) => (p, false),
+            Secret::File(p) => (p, false),
             Secret::Dir(p) => (p, true),
         };
         for dir in dirs {
@@ -312,7 +317,7 @@ fn scan(
                 && let Ok(target) = fs::canonicalize(&path)
                 && target.is_file()
             {
-                found.push(Secret::LinkTarget(target));
+                found.push(Secret::File(target));
             }
         } else if kind.is_socket() || is_secret_file(&name) {
             found.push(Secret::File(path));
