@@ -7,6 +7,8 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use crate::spawn::ChildCommand;
+
 /// The variable naming the inherited descriptor of the pinned `marshd`.
 pub(crate) const MARSHD_FD_VAR: &str = "MARSH_MARSHD_FD";
 
@@ -120,10 +122,10 @@ impl ChildEnv {
         })
     }
 
-    /// Replaces the whole environment of `cmd`. `home` is the scope home when the child
+    /// Gives `cmd` its whole environment (a [`ChildCommand`] starts with none and never
+    /// inherits marsh-mcp's). `home` is the scope home when the child
     /// is a marsh invocation, `None` for host recipes that must not see marsh state.
-    pub fn apply(&self, cmd: &mut tokio::process::Command, home: Option<&Path>) {
-        cmd.env_clear();
+    pub fn apply(&self, cmd: &mut ChildCommand, home: Option<&Path>) {
         cmd.envs(self.base.iter().map(|(k, v)| (k, v)));
         if let Some(home) = home {
             cmd.env("MARSH_HOME", home);

@@ -8,12 +8,12 @@
 //! multi-threaded, because a current-thread runtime's IO and timers are driven only by
 //! `Runtime::block_on`, never by `Handle::block_on`.
 
-use tokio::process::Command;
 use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
 use marsh_installers::{CLIENT_OUTPUT_LIMIT, ClientCommand, Finished, InstallError, Runner};
 
+use crate::spawn::ChildCommand;
 use crate::supervisor::{Ending, run_captured};
 
 pub(crate) struct SupervisedRunner {
@@ -28,9 +28,8 @@ impl SupervisedRunner {
 
 impl Runner for SupervisedRunner {
     fn run(&self, command: &ClientCommand) -> Result<Finished, InstallError> {
-        let mut cmd = Command::new(&command.program);
+        let mut cmd = ChildCommand::new(&command.program);
         cmd.args(&command.args)
-            .env_clear()
             .envs(command.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&command.cwd);
         let never = CancellationToken::new();

@@ -26,6 +26,7 @@ mod scope_gate;
 mod scopes;
 mod server;
 mod shell_facts;
+mod spawn;
 mod startup;
 mod subcommands;
 mod supervisor;

@@ -14,12 +14,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use marsh_scope_registry::VerifyRound;
-use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 use crate::child_env::{ChildEnv, MARSHD_FD_VAR};
 use crate::error::{ErrorKind, ToolError};
 use crate::pinned::PinnedExecutable;
+use crate::spawn::ChildCommand;
 use crate::supervisor::{Ending, run_captured};
 
 /// marsh's exit status for "refused: work is active".
@@ -164,25 +164,31 @@ impl MarshDriver {
     }
 
     /// A ready-to-spawn marsh invocation against `home`.
-    pub fn command(&self, verb: &Verb, home: &Path) -> Result<Command, ToolError> {
+    ///
+    /// The child keeps the three pinned descriptors (close-on-exec here, so no other
+    /// child receives them). marsh's own is among them: an interpreted marsh (`#!`) is
+    /// reopened by its interpreter through the same `/proc/self/fd` path after
+    /// `execve`, so it must survive the exec.
+    pub fn command(&self, verb: &Verb, home: &Path) -> Result<ChildCommand, ToolError> {
         self.revalidate()?;
-        let mut cmd = Command::new(self.marsh.exec_path());
+        let mut cmd = ChildCommand::new(self.marsh.exec_path());
         cmd.arg0(self.marsh.path())
             .args(verb.argv())
             .current_dir(&self.workspace);
         self.env.apply(&mut cmd, Some(home));
         cmd.env(MARSHD_FD_VAR, self.marshd.raw_fd().to_string());
-        let mut fds = vec![self.marsh.raw_fd(), self.marshd.raw_fd(), self.sbx.raw_fd()];
-        if let Verb::KitRun { receipt_fd, .. } = verb {
-            fds.push(*receipt_fd);
+        for pin in self.pins() {
+            cmd.inherit_fd(pin.raw_fd());
         }
-        inherit_descriptors(&mut cmd, fds);
+        if let Verb::KitRun { receipt_fd, .. } = verb {
+            cmd.inherit_fd(*receipt_fd);
+        }
         Ok(cmd)
     }
 
     /// A host recipe (qualification): same cleared environment, no marsh state.
-    pub fn host_command(&self, program: &Path, args: &[&str]) -> Command {
-        let mut cmd = Command::new(program);
+    pub fn host_command(&self, program: &Path, args: &[&str]) -> ChildCommand {
+        let mut cmd = ChildCommand::new(program);
         cmd.args(args).current_dir(&self.workspace);
         self.env.apply(&mut cmd, None);
         cmd
@@ -240,26 +246,6 @@ impl MarshDriver {
         home: &Path,
     ) -> Result<serde_json::Value, ToolError> {
         answer(self.query(verb, home).await?)
-    }
-}
-
-/// Lets the child (only) inherit `fds`, which are close-on-exec in this process so
-/// no other child ever receives them. marsh's own descriptor is among them: an
-/// interpreted marsh (`#!`) is reopened by its interpreter through the same
-/// `/proc/self/fd` path after `execve`, so it must survive the exec.
-#[allow(unsafe_code)]
-fn inherit_descriptors(cmd: &mut Command, fds: Vec<RawFd>) {
-    // SAFETY: the hook only calls `fcntl` on integers; it is async-signal-safe. The
-    // flag change affects the child's descriptor table only.
-    unsafe {
-        cmd.pre_exec(move || {
-            for &fd in &fds {
-                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
     }
 }
 

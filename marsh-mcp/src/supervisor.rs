@@ -11,29 +11,30 @@
 //! - pipes are drained for at most [`DRAIN_BOUND`] after the end (a straggler outside
 //!   the group may hold them), and the result says whether they reached end of file;
 //! - memory is bounded by the sink: [`Capture`] keeps a fixed prefix per stream;
-//! - the child dies with marsh-mcp: it carries `PR_SET_PDEATHSIG(SIGKILL)`, so a
-//!   `marsh -c` (and through the daemon, its job) never outlives a killed server. The
-//!   signal follows the *thread* that spawned the child, so children are only spawned
-//!   from runtime worker threads or a `block_on` caller, never from `spawn_blocking` or
-//!   `block_in_place` threads, which the runtime retires while children still run.
+//! - the child dies with marsh-mcp: [`ChildCommand::spawn`] gives it
+//!   `PR_SET_PDEATHSIG(SIGKILL)`, so a `marsh -c` (and through the daemon, its job)
+//!   never outlives a killed server. The signal follows the *thread* that spawned the
+//!   child, so children are only spawned from runtime worker threads or a `block_on`
+//!   caller, never from `spawn_blocking` or `block_in_place` threads, which the runtime
+//!   retires while children still run.
 //!
 //! Rejected alternative: one runner per caller. The queries used to kill only the
 //! leader on timeout and the installers polled `try_wait` from a thread; a stuck
 //! grandchild then kept pipes and resources alive past every bound.
 
 use std::os::unix::process::ExitStatusExt;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
 use crate::lock::lock;
 use crate::output::Stream;
+use crate::spawn::{ChildCommand, ChildProcess, Spawned, StdinKind};
 
 /// Grace between escalation steps.
 const ESCALATION_STEP: Duration = Duration::from_millis(1500);
@@ -97,10 +98,9 @@ pub(crate) enum Input {
 const GROUP_GONE_BOUND: Duration = Duration::from_secs(1);
 
 /// Spawns `cmd` and supervises it to the end: `timeout` and `cancel` both end it by
-/// escalation on its group. Stdio and the process group are set here, whatever the
-/// caller configured.
+/// escalation on its group.
 pub(crate) async fn supervise(
-    cmd: Command,
+    cmd: ChildCommand,
     sink: Arc<dyn Sink>,
     timeout: Duration,
     cancel: &CancellationToken,
@@ -110,23 +110,23 @@ pub(crate) async fn supervise(
 
 /// [`supervise`] with `input` on the child's stdin.
 pub(crate) async fn supervise_with(
-    mut cmd: Command,
+    cmd: ChildCommand,
     input: Input,
     sink: Arc<dyn Sink>,
     timeout: Duration,
     cancel: &CancellationToken,
 ) -> Supervised {
-    cmd.process_group(0)
-        .stdin(match input {
-            Input::Null => Stdio::null(),
-            Input::Bytes(_) => Stdio::piped(),
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    die_with_parent(&mut cmd);
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
+    let stdin = match input {
+        Input::Null => StdinKind::Null,
+        Input::Bytes(_) => StdinKind::Piped,
+    };
+    let Spawned {
+        mut child,
+        stdin,
+        stdout,
+        stderr,
+    } = match cmd.spawn(stdin) {
+        Ok(spawned) => spawned,
         Err(err) => {
             return Supervised {
                 ending: Ending::SpawnFailed(err),
@@ -135,8 +135,9 @@ pub(crate) async fn supervise_with(
             };
         }
     };
-    let pgid = child.id().map(|id| Pid::from_raw(id as i32));
-    let writer = match (input, child.stdin.take()) {
+    // The child leads its own group.
+    let pgid = child.id();
+    let writer = match (input, stdin) {
         (Input::Bytes(bytes), Some(mut stdin)) => Some(tokio::spawn(async move {
             // A child that exits without reading all of it closes the pipe: not an error.
             let _ = stdin.write_all(&bytes).await;
@@ -144,14 +145,8 @@ pub(crate) async fn supervise_with(
         _ => None,
     };
     let readers = [
-        child
-            .stdout
-            .take()
-            .map(|p| tokio::spawn(pump(Arc::clone(&sink), Stream::Stdout, p))),
-        child
-            .stderr
-            .take()
-            .map(|p| tokio::spawn(pump(Arc::clone(&sink), Stream::Stderr, p))),
+        tokio::spawn(pump(Arc::clone(&sink), Stream::Stdout, stdout)),
+        tokio::spawn(pump(Arc::clone(&sink), Stream::Stderr, stderr)),
     ];
     let ending = tokio::select! {
         status = child.wait() => match status {
@@ -164,16 +159,11 @@ pub(crate) async fn supervise_with(
         () = cancel.cancelled() => Ending::Cancelled(escalate(&mut child, pgid).await),
     };
     // Whatever is left of the group after its leader ended is not ours to keep.
-    if let Some(pgid) = pgid {
-        let _ = killpg(pgid, Signal::SIGKILL);
-    }
+    let _ = killpg(pgid, Signal::SIGKILL);
     if let Some(writer) = writer {
         writer.abort();
     }
-    let group_gone = match pgid {
-        Some(pgid) => group_emptied(pgid).await,
-        None => false,
-    };
+    let group_gone = group_emptied(pgid).await;
     let drained = drain(readers).await;
     Supervised {
         ending,
@@ -206,9 +196,9 @@ async fn pump<R: tokio::io::AsyncRead + Unpin>(sink: Arc<dyn Sink>, stream: Stre
     }
 }
 
-async fn drain(readers: [Option<tokio::task::JoinHandle<()>>; 2]) -> bool {
+async fn drain(readers: [tokio::task::JoinHandle<()>; 2]) -> bool {
     let mut drained = true;
-    for reader in readers.into_iter().flatten() {
+    for reader in readers {
         let abort = reader.abort_handle();
         if tokio::time::timeout(DRAIN_BOUND, reader).await.is_err() {
             abort.abort();
@@ -218,33 +208,10 @@ async fn drain(readers: [Option<tokio::task::JoinHandle<()>>; 2]) -> bool {
     drained
 }
 
-/// Makes the child receive SIGKILL when this process's spawning thread ends (for us:
-/// when marsh-mcp dies). A parent that died between fork and the `prctl` is caught by
-/// comparing the parent pid, and the child then fails to start.
-#[allow(unsafe_code)]
-fn die_with_parent(cmd: &mut Command) {
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: the hook only makes async-signal-safe system calls on integers.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                // No allocation between fork and exec: an errno, not a message.
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
-}
-
 /// SIGINT, SIGTERM, SIGKILL to the group, each followed by a bounded wait.
-async fn escalate(child: &mut Child, pgid: Option<Pid>) -> Option<ExitStatus> {
+async fn escalate(child: &mut ChildProcess, pgid: Pid) -> Option<ExitStatus> {
     for signal in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGKILL] {
-        if let Some(pgid) = pgid {
-            let _ = killpg(pgid, signal);
-        }
+        let _ = killpg(pgid, signal);
         if let Ok(Ok(status)) = tokio::time::timeout(ESCALATION_STEP, child.wait()).await {
             return Some(status);
         }
@@ -315,7 +282,7 @@ pub(crate) struct CapturedRun {
 /// Runs `cmd` to its end (or `timeout`, or `cancel`) with at most `limit` bytes kept
 /// per stream.
 pub(crate) async fn run_captured(
-    cmd: Command,
+    cmd: ChildCommand,
     limit: usize,
     timeout: Duration,
     cancel: &CancellationToken,
@@ -325,7 +292,7 @@ pub(crate) async fn run_captured(
 
 /// [`run_captured`] with `input` on the child's stdin.
 pub(crate) async fn run_captured_with(
-    cmd: Command,
+    cmd: ChildCommand,
     input: Input,
     limit: usize,
     timeout: Duration,
@@ -348,9 +315,9 @@ pub(crate) async fn run_captured_with(
 mod tests {
     use super::*;
 
-    fn sh(script: &str) -> Command {
-        let mut cmd = Command::new("/bin/sh");
-        cmd.arg("-c").arg(script);
+    fn sh(script: &str) -> ChildCommand {
+        let mut cmd = ChildCommand::new("/bin/sh");
+        cmd.args(["-c", script]);
         cmd
     }
 
@@ -424,7 +391,7 @@ mod tests {
             done.ending
         );
         let missing = run_captured(
-            Command::new("/nonexistent/marsh-mcp-test"),
+            ChildCommand::new("/nonexistent/marsh-mcp-test"),
             16,
             Duration::from_secs(1),
             &cancel,
