@@ -16,8 +16,8 @@
 //!   prepared before the clone: no allocation, no lock, no unwinding. The parent
 //!   thread is suspended until the child has exec'd or exited, and has every signal
 //!   blocked meanwhile, so no handler of ours runs on the borrowed stack;
-//! - a [`ChildProcess`] dropped unreaped is SIGKILLed and reaped in the background:
-//!   no zombie outlives it.
+//! - a [`ChildProcess`] dropped unreaped is SIGKILLed and reaped on a thread of its
+//!   own: no zombie outlives it.
 //!
 //! Rejected alternatives: `std`/`tokio` `Command` forks whenever a `pre_exec` hook or a
 //! working directory is set (a static glibc has no `posix_spawn_file_actions_addchdir_np`
@@ -139,6 +139,13 @@ impl ChildCommand {
     /// died", from a thread that lives as long as the process: a runtime worker or a
     /// `block_on` caller.
     pub(crate) fn spawn(&self, stdin: StdinKind) -> io::Result<Spawned> {
+        // Checked first: registering the pidfd outside a runtime would panic with the
+        // child already running and owned by nobody.
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(io::Error::other(
+                "a child can only be started inside the async runtime",
+            ));
+        }
         if !self.program.is_absolute() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -459,17 +466,14 @@ impl Drop for ChildProcess {
         if matches!(self.try_wait(), Ok(Some(_))) {
             return;
         }
-        // SIGKILLed but not yet gone: reap it in the background.
-        let (pid, pidfd) = (self.pid, self.pidfd.take());
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                handle.spawn(async move {
-                    let _ = reap(pid, pidfd.as_ref()).await;
-                });
-            }
-            Err(_) => {
-                std::thread::spawn(move || waitpid(pid, None));
-            }
+        // SIGKILLed but not yet gone. A blocking reap on a thread of its own, not a
+        // runtime task: a runtime shutting down drops its tasks unrun.
+        let pid = self.pid;
+        let reaper = std::thread::Builder::new()
+            .name("marsh-mcp-reap".into())
+            .spawn(move || waitpid(pid, None));
+        if let Err(e) = reaper {
+            tracing::warn!("cannot reap child {pid}: {e}");
         }
     }
 }
