@@ -15,7 +15,9 @@
 //! - between `clone` and `execve` the child only makes system calls on memory
 //!   prepared before the clone: no allocation, no lock, no unwinding. The parent
 //!   thread is suspended until the child has exec'd or exited, and has every signal
-//!   blocked meanwhile, so no handler of ours runs on the borrowed stack;
+//!   blocked meanwhile, so no handler of ours runs on the child's stack (a mapping of
+//!   its own with a guard page below: an overflow kills the child, it cannot reach the
+//!   server's memory);
 //! - a [`ChildProcess`] dropped unreaped is SIGKILLed and reaped on a thread of its
 //!   own: no zombie outlives it.
 //!
@@ -44,9 +46,11 @@ use nix::unistd::{Pid, pipe2};
 use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
 
-/// The borrowed stack the child runs on until `execve`: its code path is a handful of
-/// system calls with no recursion, far below this.
+/// The stack the child runs on until `execve`: its code path is a handful of system
+/// calls with no recursion, far below this. A guard page below it makes an overflow a
+/// SIGSEGV of the child, never a write into the server's memory.
 const CHILD_STACK_BYTES: usize = 64 * 1024;
+const GUARD_BYTES: usize = 4096;
 /// Polling bounds for a kernel without `pidfd_open` (before Linux 5.3).
 const POLL_FIRST: Duration = Duration::from_millis(1);
 const POLL_MAX: Duration = Duration::from_millis(50);
@@ -284,7 +288,7 @@ impl ExecPlan {
     /// Clones, lets the child exec, and returns its pid once it has (or the child's
     /// errno, after reaping it).
     fn run(self) -> io::Result<Pid> {
-        let mut stack = vec![0u8; CHILD_STACK_BYTES];
+        let mut stack = ChildStack::map()?;
         let mut blocked = SigSet::empty();
         let all = SigSet::all();
         let cloned = {
@@ -299,7 +303,7 @@ impl ExecPlan {
             let cloned = unsafe {
                 nix::sched::clone(
                     Box::new(move || child_main(plan)),
-                    &mut stack,
+                    stack.usable(),
                     CloneFlags::CLONE_VM | CloneFlags::CLONE_VFORK,
                     Some(libc::SIGCHLD),
                 )
@@ -321,6 +325,64 @@ impl ExecPlan {
                 let _ = waitpid(cloned, None);
                 Err(io::Error::from_raw_os_error(errno))
             }
+        }
+    }
+}
+
+/// An anonymous mapping for the child's stack with a `PROT_NONE` guard page at its low
+/// end (stacks grow down), unmapped on drop.
+struct ChildStack {
+    base: *mut libc::c_void,
+}
+
+impl ChildStack {
+    const LEN: usize = GUARD_BYTES + CHILD_STACK_BYTES;
+
+    fn map() -> io::Result<Self> {
+        // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
+        #[allow(unsafe_code)]
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                Self::LEN,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = Self { base };
+        // SAFETY: the first page of the mapping made above.
+        #[allow(unsafe_code)]
+        if unsafe { libc::mprotect(base, GUARD_BYTES, libc::PROT_NONE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// The writable part, above the guard page.
+    fn usable(&mut self) -> &mut [u8] {
+        // SAFETY: the mapping is LEN bytes long and lives as long as `self`; the range
+        // starts past the guard page and is readable and writable.
+        #[allow(unsafe_code)]
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.base.cast::<u8>().add(GUARD_BYTES),
+                CHILD_STACK_BYTES,
+            )
+        }
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `map` made; no slice of it outlives `self`.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::munmap(self.base, Self::LEN);
         }
     }
 }

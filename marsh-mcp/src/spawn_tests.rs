@@ -245,3 +245,31 @@ fn the_child_dies_with_the_thread_that_spawned_it() {
     };
     assert_eq!(status, WaitStatus::Signaled(pid, Signal::SIGKILL, false));
 }
+
+#[test]
+fn the_child_stack_has_a_guard_page_below_it() {
+    let mut stack = ChildStack::map().unwrap();
+    let base = stack.base as usize;
+    let usable = stack.usable();
+    assert_eq!(usable.len(), CHILD_STACK_BYTES);
+    assert_eq!(usable.as_ptr() as usize, base + GUARD_BYTES);
+    usable[0] = 1;
+    usable[CHILD_STACK_BYTES - 1] = 1;
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    // (A neighbouring mapping with the same protection may be merged into the line.)
+    let perms_at = |addr: usize| -> String {
+        maps.lines()
+            .find_map(|line| {
+                let (range, rest) = line.split_once(' ')?;
+                let (start, end) = range.split_once('-')?;
+                let start = usize::from_str_radix(start, 16).ok()?;
+                let end = usize::from_str_radix(end, 16).ok()?;
+                (start <= addr && addr < end).then(|| rest[..4].to_owned())
+            })
+            .unwrap_or_else(|| panic!("{addr:x} is not mapped"))
+    };
+    assert_eq!(perms_at(base), "---p");
+    assert_eq!(perms_at(base + GUARD_BYTES - 1), "---p");
+    assert_eq!(perms_at(base + GUARD_BYTES), "rw-p");
+    assert_eq!(perms_at(base + GUARD_BYTES + CHILD_STACK_BYTES - 1), "rw-p");
+}
